@@ -1,0 +1,68 @@
+//! Compiles `kernels-gpu` to PTX with rustc's own `nvptx64-nvidia-cuda` backend (a nested
+//! cargo call, one per requested architecture) and writes `ptx.rs`, which embeds each module
+//! as a string constant. See ../shared/gpu-notes.md for why this path and these flags.
+
+use std::{env, fmt::Write as _, fs, path::PathBuf, process::Command};
+
+/// Architectures built when `CONVKIT_CUDA_ARCH` is not set.
+const DEFAULT_ARCHS: &str = "sm_90";
+
+fn main() {
+    println!("cargo:rerun-if-changed=kernels-gpu/src");
+    println!("cargo:rerun-if-changed=kernels-gpu/Cargo.toml");
+    println!("cargo:rerun-if-changed=kernels-gpu/Cargo.lock");
+    println!("cargo:rerun-if-env-changed=CONVKIT_CUDA_ARCH");
+
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let archs = env::var("CONVKIT_CUDA_ARCH").unwrap_or_else(|_| DEFAULT_ARCHS.to_owned());
+
+    let mut table = String::from("/// `(compute capability x 10, PTX)` for every architecture built, ascending.\n");
+    table.push_str("pub const PTX_MODULES: &[(u32, &str)] = &[\n");
+    let mut built: Vec<(u32, PathBuf)> = Vec::new();
+    for arch in archs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        let cc: u32 = arch
+            .strip_prefix("sm_")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("CONVKIT_CUDA_ARCH: `{arch}` is not of the form sm_NN (e.g. sm_80,sm_90)"));
+        let target_dir = out_dir.join(format!("kernels-{arch}"));
+        let mut cmd = Command::new(&cargo);
+        cmd.current_dir(&root)
+            .args(["rustc", "--release", "--lib", "--crate-type", "cdylib", "--target", "nvptx64-nvidia-cuda"])
+            .args(["-Zbuild-std=core", "--manifest-path", "kernels-gpu/Cargo.toml", "--target-dir"])
+            .arg(&target_dir)
+            .args(["--config", "profile.release.lto=\"fat\""])
+            .args(["--config", "profile.release.codegen-units=1"])
+            .args(["--config", "profile.release.panic=\"abort\""])
+            .args(["--", "--emit=asm", "-Zno-link", "-C"])
+            .arg(format!("target-cpu={arch}"))
+            // Register-array accumulators must be fully unrolled or they go to local memory.
+            .args(["-C", "llvm-args=-unroll-threshold=1000"]);
+        // The outer build's flags and wrappers (clippy, coverage, host target-dir) are not for PTX.
+        for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_TARGET_DIR", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER"] {
+            cmd.env_remove(var);
+        }
+        for (key, _) in env::vars_os() {
+            let key = key.to_string_lossy();
+            if key.starts_with("CARGO_BUILD_") || key.starts_with("CARGO_PROFILE_") {
+                cmd.env_remove(key.as_ref());
+            }
+        }
+        let status = cmd.status().expect("failed to run the nested cargo for kernels-gpu");
+        assert!(status.success(), "building kernels-gpu for {arch} failed (see the errors above)");
+
+        let ptx = target_dir.join("nvptx64-nvidia-cuda/release/deps/kernels_gpu.s");
+        let dest = out_dir.join(format!("kernels_{arch}.ptx"));
+        fs::copy(&ptx, &dest).unwrap_or_else(|e| panic!("no PTX at {}: {e}", ptx.display()));
+        built.push((cc, dest));
+    }
+    assert!(!built.is_empty(), "CONVKIT_CUDA_ARCH names no architecture");
+    built.sort();
+    built.dedup_by_key(|(cc, _)| *cc);
+    for (cc, path) in &built {
+        writeln!(table, "    ({cc}, include_str!({:?})),", path.display().to_string()).unwrap();
+    }
+    table.push_str("];\n");
+    fs::write(out_dir.join("ptx.rs"), table).expect("write ptx.rs");
+}

@@ -1,0 +1,135 @@
+//! Launcher of the grouped direct convolution (`kernels-gpu/src/direct.rs`).
+
+use crate::{
+    Conv2d, ConvGeometry, Error, Gpu, Result,
+    error::Context,
+    gpu::KernelArg,
+};
+use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use kernels_gpu::{
+    MagicDiv,
+    direct::{BLOCK_THREADS, DIRECT_FWD_VARIANTS, DirectFwdParams, DirectTile, MAX_GRID_Z},
+};
+
+/// Every tile variant the PTX holds.
+pub fn variants() -> &'static [DirectTile] {
+    DIRECT_FWD_VARIANTS
+}
+
+/// The heuristic choice: as many output channels per thread as the group has (up to 8), and
+/// 4 pixels per thread unless that leaves fewer than two blocks per multiprocessor.
+pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry, sm_count: u32) -> DirectTile {
+    let k_per_thread = match geom.k_per_group {
+        1 => 1,
+        2 => 2,
+        3 | 4 => 4,
+        _ => 8,
+    };
+    let pick = |px| {
+        *DIRECT_FWD_VARIANTS
+            .iter()
+            .find(|t| t.k_per_thread == k_per_thread && t.px_per_thread == px)
+            .expect("DIRECT_FWD_VARIANTS covers k_per_thread 1, 2, 4, 8 with 1 and 4 pixels")
+    };
+    let wide = pick(4);
+    let blocks = (geom.out_h * geom.out_w).div_ceil(wide.pixels_per_block() as usize)
+        * conv.n
+        * conv.groups
+        * wide.k_tiles(geom.k_per_group as u32) as usize;
+    if blocks >= 2 * sm_count as usize { wide } else { pick(1) }
+}
+
+/// The kernel parameters for `conv` with tile `tile`; the addresses are filled in at launch.
+pub fn params(conv: &Conv2d, geom: &ConvGeometry, tile: &DirectTile) -> DirectFwdParams {
+    // `Conv2d::geometry` has checked that every value below fits its 32-bit field.
+    let u = |v: usize| v as u32;
+    let taps = u(geom.c_per_group * conv.r * conv.s);
+    let magic = |d: u32| MagicDiv::new(d).expect("validated extents are non-zero");
+    DirectFwdParams {
+        x: 0,
+        w: 0,
+        y: 0,
+        in_h: u(conv.h),
+        in_w: u(conv.w),
+        out_h: u(geom.out_h),
+        out_w: u(geom.out_w),
+        filter_r: u(conv.r),
+        filter_s: u(conv.s),
+        pad_h: conv.pad[0] as i32,
+        pad_w: conv.pad[1] as i32,
+        stride_h: u(conv.stride[0]),
+        stride_w: u(conv.stride[1]),
+        dil_h: u(conv.dilation[0]),
+        dil_w: u(conv.dilation[1]),
+        channels: u(conv.c),
+        out_channels: u(conv.k),
+        c_per_group: u(geom.c_per_group),
+        k_per_group: u(geom.k_per_group),
+        taps_per_chunk: tile.taps_per_chunk(taps),
+        z_base: 0,
+        k_tiles: magic(tile.k_tiles(u(geom.k_per_group))),
+        groups: magic(u(conv.groups)),
+        out_w_div: magic(u(geom.out_w)),
+    }
+}
+
+/// Number of packed z-indices (image, group, k-tile) of a launch of `tile`.
+pub fn grid_z(conv: &Conv2d, geom: &ConvGeometry, tile: &DirectTile) -> u64 {
+    conv.n as u64 * conv.groups as u64 * tile.k_tiles(geom.k_per_group as u32) as u64
+}
+
+/// `y = conv(x, w)` with the heuristic's tile. Buffers are NCHW / KCRS, f32, exactly the
+/// sizes of [`Conv2d::geometry`].
+pub fn forward(
+    gpu: &Gpu,
+    conv: &Conv2d,
+    x: &impl DevicePtr<f32>,
+    w: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<f32>,
+) -> Result<()> {
+    let geom = conv.geometry()?;
+    let tile = choose_tile(conv, &geom, gpu.sm_count());
+    forward_with(gpu, conv, &tile, x, w, y)
+}
+
+/// `y = conv(x, w)` with an explicit tile variant (one of [`variants`]).
+pub fn forward_with(
+    gpu: &Gpu,
+    conv: &Conv2d,
+    tile: &DirectTile,
+    x: &impl DevicePtr<f32>,
+    w: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<f32>,
+) -> Result<()> {
+    let geom = conv.geometry()?;
+    for (buffer, expected, got) in [("x", geom.x_len, x.len()), ("w", geom.w_len, w.len()), ("y", geom.y_len, y.len())] {
+        if expected != got {
+            return Err(Error::BufferSize { buffer, expected, got });
+        }
+    }
+    let function = gpu.function(tile.name)?;
+    let stream = gpu.stream();
+    let mut p = params(conv, &geom, tile);
+    let (x_ptr, _x_sync) = x.device_ptr(stream);
+    let (w_ptr, _w_sync) = w.device_ptr(stream);
+    let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
+    (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
+
+    let grid_x = (geom.out_h * geom.out_w).div_ceil(tile.pixels_per_block() as usize) as u32;
+    let total_z = grid_z(conv, &geom, tile);
+    // Packed z-ranges beyond the grid's z-limit go out as further launches.
+    let mut z_base = 0u64;
+    while z_base < total_z {
+        let z = (total_z - z_base).min(MAX_GRID_Z as u64) as u32;
+        p.z_base = z_base as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (grid_x, 1, z),
+            block_dim: (BLOCK_THREADS, 1, 1),
+            shared_mem_bytes: tile.smem_bytes(p.taps_per_chunk),
+        };
+        let arg = KernelArg(p);
+        unsafe { stream.launch_builder(&function).arg(&arg).launch(cfg) }.during("cuLaunchKernel(direct_fwd)")?;
+        z_base += z as u64;
+    }
+    Ok(())
+}

@@ -1,0 +1,284 @@
+//! Grouped direct convolution, forward, f32, NCHW: the kernel ABI, its tile math and (on the
+//! GPU) the kernels. Launched by `host/direct.rs`.
+//!
+//! Work split: a block owns `px_per_thread * BLOCK_THREADS` consecutive output pixels of one
+//! image, for `k_per_thread` consecutive output channels of one group. Each thread keeps
+//! `px_per_thread x k_per_thread` accumulators, so one input load feeds `k_per_thread` FMAs
+//! and one shared-memory weight vector feeds `px_per_thread` pixels. The filter taps of the
+//! group (`c_per_group * R * S`, flattened) stream through shared memory in chunks, which
+//! makes any filter size (1x1 ... 64x64 and beyond, rectangular) the same code path.
+//!
+//! Grid: x = pixel tiles, z = (image, group, k-tile) packed; z is unpacked with magic
+//! division. A launch covers at most `MAX_GRID_Z` z-indices from `z_base` on; the host
+//! issues as many launches as the packed range needs.
+
+use crate::MagicDiv;
+use bytemuck::{Pod, Zeroable};
+
+/// Threads per block of every direct kernel.
+pub const BLOCK_THREADS: u32 = 128;
+/// Shared memory one block may use for its chunk of weights.
+pub const SMEM_BUDGET_BYTES: u32 = 16 * 1024;
+/// CUDA's limit on `gridDim.z`.
+pub const MAX_GRID_Z: u32 = 65535;
+
+/// Parameters of every direct forward kernel, passed by value. Addresses are device
+/// pointers; every extent is validated by the host to fit the kernel's index arithmetic
+/// (planes and per-group tap counts below 2^31).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct DirectFwdParams {
+    pub x: u64,
+    pub w: u64,
+    pub y: u64,
+    pub in_h: u32,
+    pub in_w: u32,
+    pub out_h: u32,
+    pub out_w: u32,
+    pub filter_r: u32,
+    pub filter_s: u32,
+    pub pad_h: i32,
+    pub pad_w: i32,
+    pub stride_h: u32,
+    pub stride_w: u32,
+    pub dil_h: u32,
+    pub dil_w: u32,
+    pub channels: u32,
+    pub out_channels: u32,
+    pub c_per_group: u32,
+    pub k_per_group: u32,
+    /// Filter taps per shared-memory chunk (`SMEM_BUDGET_BYTES / 4 / k_per_thread` at most).
+    pub taps_per_chunk: u32,
+    /// Packed z-index of this launch's `blockIdx.z == 0`.
+    pub z_base: u32,
+    /// Divides a packed z-index by the number of k-tiles per group.
+    pub k_tiles: MagicDiv,
+    /// Divides by the number of groups.
+    pub groups: MagicDiv,
+    /// Divides a linear output pixel by the output width.
+    pub out_w_div: MagicDiv,
+}
+
+/// What one block works on, unpacked from its packed z-index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockCoords {
+    pub image: u32,
+    pub group: u32,
+    pub k_tile: u32,
+}
+
+impl DirectFwdParams {
+    /// Inverse of `(image * groups + group) * k_tiles + k_tile`.
+    #[inline(always)]
+    pub fn block_coords(&self, z: u32) -> BlockCoords {
+        let (image_group, k_tile) = self.k_tiles.div_rem(z);
+        let (image, group) = self.groups.div_rem(image_group);
+        BlockCoords { image, group, k_tile }
+    }
+
+    /// `(oh, ow)` of a linear output pixel.
+    #[inline(always)]
+    pub fn out_pixel(&self, pixel: u32) -> (u32, u32) {
+        self.out_w_div.div_rem(pixel)
+    }
+}
+
+/// One tile shape of the direct kernel; each is its own PTX entry point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectTile {
+    pub name: &'static str,
+    pub k_per_thread: u32,
+    pub px_per_thread: u32,
+}
+
+impl DirectTile {
+    pub const fn pixels_per_block(&self) -> u32 {
+        self.px_per_thread * BLOCK_THREADS
+    }
+
+    pub const fn k_tiles(&self, k_per_group: u32) -> u32 {
+        k_per_group.div_ceil(self.k_per_thread)
+    }
+
+    /// Taps per shared-memory chunk for a group of `taps` (= C/G * R * S) filter taps.
+    pub const fn taps_per_chunk(&self, taps: u32) -> u32 {
+        let cap = SMEM_BUDGET_BYTES / 4 / self.k_per_thread;
+        if taps < cap { taps } else { cap }
+    }
+
+    pub const fn smem_bytes(&self, taps_per_chunk: u32) -> u32 {
+        taps_per_chunk * self.k_per_thread * 4
+    }
+}
+
+/// Output extent of one spatial dimension, `None` when the (dilated) filter does not fit
+/// the padded input or an argument is zero.
+pub const fn out_extent(input: u64, filter: u64, pad: u64, stride: u64, dilation: u64) -> Option<u64> {
+    if input == 0 || filter == 0 || stride == 0 || dilation == 0 {
+        return None;
+    }
+    let span = dilation * (filter - 1) + 1;
+    let padded = input + 2 * pad;
+    if padded < span { None } else { Some((padded - span) / stride + 1) }
+}
+
+macro_rules! direct_fwd_variants {
+    ($(($name:ident, $kt:literal, $px:literal)),* $(,)?) => {
+        /// Every tile variant in the PTX, by entry-point name.
+        pub const DIRECT_FWD_VARIANTS: &[DirectTile] = &[
+            $(DirectTile { name: stringify!($name), k_per_thread: $kt, px_per_thread: $px }),*
+        ];
+
+        #[cfg(target_arch = "nvptx64")]
+        mod entry {
+            $(
+                #[unsafe(no_mangle)]
+                pub unsafe extern "ptx-kernel" fn $name(p: super::DirectFwdParams) {
+                    unsafe { super::kernel::direct_fwd::<$kt, $px>(&p) }
+                }
+            )*
+        }
+    };
+}
+
+direct_fwd_variants!(
+    (direct_fwd_k1_p1, 1, 1),
+    (direct_fwd_k1_p4, 1, 4),
+    (direct_fwd_k2_p1, 2, 1),
+    (direct_fwd_k2_p4, 2, 4),
+    (direct_fwd_k4_p1, 4, 1),
+    (direct_fwd_k4_p4, 4, 4),
+    (direct_fwd_k8_p1, 8, 1),
+    (direct_fwd_k8_p4, 8, 4),
+);
+
+#[cfg(target_arch = "nvptx64")]
+mod kernel {
+    use super::DirectFwdParams;
+    use crate::prelude::*;
+    use core::intrinsics::fmaf32;
+
+    /// `KT` consecutive weights of one tap from shared memory (16-byte loads when possible).
+    #[inline(always)]
+    fn tap_weights<const KT: usize>(addr: u32) -> [f32; KT] {
+        let mut w = [0.0f32; KT];
+        if KT % 4 == 0 {
+            for q in 0..KT / 4 {
+                let v = ld_shared_f32x4(addr + 16 * q as u32);
+                w[4 * q..4 * q + 4].copy_from_slice(&v);
+            }
+        } else {
+            for (kk, wk) in w.iter_mut().enumerate() {
+                *wk = ld_shared_f32(addr + 4 * kk as u32);
+            }
+        }
+        w
+    }
+
+    #[inline(always)]
+    pub unsafe fn direct_fwd<const KT: usize, const PX: usize>(p: &DirectFwdParams) {
+        let tid = thread_idx_x();
+        let threads = block_dim_x();
+        let at = p.block_coords(p.z_base + block_idx_z());
+        let k_in_group = at.k_tile * KT as u32;
+        let k_live = (p.k_per_group - k_in_group).min(KT as u32);
+        let k_first = at.group * p.k_per_group + k_in_group;
+        let in_plane = (p.in_h * p.in_w) as u64;
+        let out_plane = p.out_h * p.out_w;
+        let taps = p.c_per_group * p.filter_r * p.filter_s;
+
+        let x_group = to_global(p.x)
+            + 4 * ((at.image as u64 * p.channels as u64 + (at.group * p.c_per_group) as u64) * in_plane);
+        let w_tile = to_global(p.w) + 4 * (k_first as u64 * taps as u64);
+
+        // Per pixel: its index, liveness and the input corner of its receptive field.
+        let mut pixel = [0u32; PX];
+        let mut live = [false; PX];
+        let mut ih0 = [0i32; PX];
+        let mut iw0 = [0i32; PX];
+        let tile_first = block_idx_x() * threads * PX as u32;
+        for i in 0..PX {
+            pixel[i] = tile_first + i as u32 * threads + tid;
+            live[i] = pixel[i] < out_plane;
+            let (oh, ow) = p.out_pixel(pixel[i]);
+            ih0[i] = oh.wrapping_mul(p.stride_h) as i32 - p.pad_h;
+            iw0[i] = ow.wrapping_mul(p.stride_w) as i32 - p.pad_w;
+        }
+
+        let smem = smem_base();
+        let mut acc = [[0.0f32; KT]; PX];
+        // (c, r, s) of the next tap to consume.
+        let (mut c, mut r, mut s) = (0u32, 0u32, 0u32);
+        let mut chunk_first = 0u32;
+        while chunk_first < taps {
+            let chunk = p.taps_per_chunk.min(taps - chunk_first);
+            sync_threads(); // the previous chunk is consumed by every thread
+            // Stage weights tap-major, [tap][kk], so one tap's KT weights are one vector load.
+            for kk in 0..KT {
+                let src = w_tile + 4 * (kk as u64 * taps as u64 + chunk_first as u64);
+                let mut j = tid;
+                while j < chunk {
+                    let v = if (kk as u32) < k_live { ldg_nc_f32(src + 4 * j as u64) } else { 0.0 };
+                    st_shared_f32(smem + 4 * (j * KT as u32 + kk as u32), v);
+                    j += threads;
+                }
+            }
+            sync_threads();
+
+            let mut j = 0u32;
+            while j < chunk {
+                // One run of taps along a filter row: row validity and address are hoisted.
+                let run = (p.filter_s - s).min(chunk - j);
+                let mut row = [0u64; PX];
+                let mut row_live = [false; PX];
+                let mut iw = [0i32; PX];
+                for i in 0..PX {
+                    let ih = ih0[i] + (r * p.dil_h) as i32;
+                    row_live[i] = live[i] && (ih as u32) < p.in_h;
+                    row[i] = x_group
+                        .wrapping_add(4 * (c as u64 * in_plane))
+                        .wrapping_add(4 * (ih as u32 as u64).wrapping_mul(p.in_w as u64));
+                    iw[i] = iw0[i] + (s * p.dil_w) as i32;
+                }
+                let mut w_addr = smem + 4 * j * KT as u32;
+                for _ in 0..run {
+                    let wv = tap_weights::<KT>(w_addr);
+                    for i in 0..PX {
+                        let v = if row_live[i] && (iw[i] as u32) < p.in_w {
+                            ldg_nc_f32(row[i] + 4 * (iw[i] as u32 as u64))
+                        } else {
+                            0.0
+                        };
+                        for kk in 0..KT {
+                            acc[i][kk] = fmaf32(v, wv[kk], acc[i][kk]);
+                        }
+                        iw[i] += p.dil_w as i32;
+                    }
+                    w_addr += 4 * KT as u32;
+                }
+                j += run;
+                s += run;
+                if s == p.filter_s {
+                    s = 0;
+                    r += 1;
+                    if r == p.filter_r {
+                        r = 0;
+                        c += 1;
+                    }
+                }
+            }
+            chunk_first += chunk;
+        }
+
+        let y_tile = to_global(p.y) + 4 * ((at.image as u64 * p.out_channels as u64 + k_first as u64) * out_plane as u64);
+        for kk in 0..KT {
+            if (kk as u32) < k_live {
+                for i in 0..PX {
+                    if live[i] {
+                        stg_f32(y_tile + 4 * (kk as u64 * out_plane as u64 + pixel[i] as u64), acc[i][kk]);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! convkit's device crate.
+//!
+//! Built twice: for `nvptx64-nvidia-cuda` (by the host's `build.rs`, into the PTX that the
+//! host embeds) and for the host as an ordinary `rlib`. Everything both sides must agree on
+//! lives here once: the `#[repr(C)]` kernel parameter structs, the magic divider and the
+//! index/tile math. Device-only items (entry points, the prelude, the panic handler) sit
+//! behind `cfg(target_arch = "nvptx64")`.
+#![no_std]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, core_intrinsics),
+    allow(internal_features)
+)]
+
+pub mod direct;
+pub mod magic;
+
+#[cfg(target_arch = "nvptx64")]
+pub mod prelude;
+
+pub use magic::MagicDiv;
+
+#[cfg(target_arch = "nvptx64")]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    unsafe { core::arch::nvptx::trap() }
+}

@@ -1,0 +1,106 @@
+//! The device prelude: what `cuda_std` would give, over `core::arch::nvptx` and inline PTX.
+//! (`cuda_std` needs rust-cuda's codegen, which this project cannot build; see the README.)
+
+use core::arch::{asm, global_asm, nvptx};
+
+// One dynamic shared-memory window for every kernel of the module; launches size it.
+global_asm!(".extern .shared .align 16 .b8 dyn_smem[];");
+
+#[inline(always)]
+pub fn thread_idx_x() -> u32 {
+    unsafe { nvptx::_thread_idx_x() as u32 }
+}
+
+#[inline(always)]
+pub fn block_dim_x() -> u32 {
+    unsafe { nvptx::_block_dim_x() as u32 }
+}
+
+#[inline(always)]
+pub fn block_idx_x() -> u32 {
+    unsafe { nvptx::_block_idx_x() as u32 }
+}
+
+#[inline(always)]
+pub fn block_idx_z() -> u32 {
+    unsafe { nvptx::_block_idx_z() as u32 }
+}
+
+/// `bar.sync 0`: every thread of the block must reach it.
+#[inline(always)]
+pub fn sync_threads() {
+    unsafe { nvptx::_syncthreads() }
+}
+
+/// The 32-bit shared-window address of the dynamic shared memory.
+#[inline(always)]
+pub fn smem_base() -> u32 {
+    let a: u32;
+    unsafe { asm!("mov.u32 {a}, dyn_smem;", a = out(reg32) a, options(pure, nomem, nostack)) };
+    a
+}
+
+#[inline(always)]
+pub fn st_shared_f32(addr: u32, v: f32) {
+    unsafe { asm!("st.shared.f32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack)) };
+}
+
+#[inline(always)]
+pub fn ld_shared_f32(addr: u32) -> f32 {
+    let v: f32;
+    unsafe { asm!("ld.shared.f32 {v}, [{a}];", a = in(reg32) addr, v = out(reg32) v, options(readonly, nostack)) };
+    v
+}
+
+/// 16-byte shared load; `addr` must be 16-byte aligned.
+#[inline(always)]
+pub fn ld_shared_f32x4(addr: u32) -> [f32; 4] {
+    let (a, b, c, d): (f32, f32, f32, f32);
+    unsafe {
+        asm!("ld.shared.v4.f32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            p = in(reg32) addr, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+            options(readonly, nostack))
+    };
+    [a, b, c, d]
+}
+
+/// A generic address of device memory converted once to the global window, so that loads
+/// can use `ld.global.nc` (pointers that arrive inside a parameter struct are generic).
+#[inline(always)]
+pub fn to_global(generic: u64) -> u64 {
+    let g: u64;
+    unsafe { asm!("cvta.to.global.u64 {g}, {p};", g = out(reg64) g, p = in(reg64) generic, options(pure, nomem, nostack)) };
+    g
+}
+
+/// Read-only (non-coherent cache) global load: only for buffers no thread writes in the launch.
+#[inline(always)]
+pub fn ldg_nc_f32(global_addr: u64) -> f32 {
+    let v: f32;
+    unsafe { asm!("ld.global.nc.f32 {v}, [{a}];", a = in(reg64) global_addr, v = out(reg32) v, options(readonly, nostack)) };
+    v
+}
+
+#[inline(always)]
+pub fn stg_f32(global_addr: u64, v: f32) {
+    unsafe { asm!("st.global.f32 [{a}], {v};", a = in(reg64) global_addr, v = in(reg32) v, options(nostack)) };
+}
+
+/// `shfl.sync.down` over the full warp (for warp reductions).
+#[inline(always)]
+pub fn shfl_down_f32(v: f32, delta: u32) -> f32 {
+    let r: f32;
+    unsafe {
+        asm!("shfl.sync.down.b32 {r}, {v}, {d}, 0x1f, 0xffffffff;",
+            r = out(reg32) r, v = in(reg32) v, d = in(reg32) delta, options(pure, nomem, nostack))
+    };
+    r
+}
+
+/// High 32 bits of the 64-bit product, as one `mul.hi.u32`.
+#[inline(always)]
+pub fn mul_hi_u32(a: u32, b: u32) -> u32 {
+    let r: u32;
+    unsafe { asm!("mul.hi.u32 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack)) };
+    r
+}
