@@ -35,6 +35,8 @@ fn main() {
             .args(["--config", "profile.release.lto=\"fat\""])
             .args(["--config", "profile.release.codegen-units=1"])
             .args(["--config", "profile.release.panic=\"abort\""])
+            // ptxas cannot parse the DWARF sections LLVM emits with debug info.
+            .args(["--config", "profile.release.debug=false"])
             .args(["--", "--emit=asm", "-Zno-link", "-C"])
             .arg(format!("target-cpu={arch}"))
             // Register-array accumulators must be fully unrolled or they go to local memory.
