@@ -42,7 +42,9 @@ fn main() {
             // Register-array accumulators must be fully unrolled or they go to local memory.
             .args(["-C", "llvm-args=-unroll-threshold=1000"]);
         // The outer build's flags and wrappers (clippy, coverage, host target-dir) are not for PTX.
-        for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_TARGET_DIR", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER"] {
+        for var in
+            ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_TARGET_DIR", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER"]
+        {
             cmd.env_remove(var);
         }
         for (key, _) in env::vars_os() {

@@ -4,12 +4,13 @@
 
 use crate::{
     Conv2d, Gpu, Result,
-    check::{random_values, rel_error},
+    check::{TOL_CUDNN, random_values, rel_error},
     cudnn::{self, CudnnConv, Math},
     direct,
     error::Context,
 };
 use cudarc::driver::{CudaSlice, sys::CUevent_flags};
+use kernels_gpu::direct::DirectTile;
 use rand::Rng;
 use serde::Serialize;
 
@@ -25,11 +26,13 @@ pub struct BenchOptions {
     pub min_working_set: usize,
     /// Workspace offered to cuDNN's algorithm search.
     pub workspace_bytes: usize,
+    /// Time this direct-kernel variant instead of the heuristic's choice.
+    pub tile: Option<DirectTile>,
 }
 
 impl Default for BenchOptions {
     fn default() -> Self {
-        BenchOptions { reps: 50, warmup: 5, min_working_set: 120 << 20, workspace_bytes: 1 << 30 }
+        BenchOptions { reps: 50, warmup: 5, min_working_set: 120 << 20, workspace_bytes: 1 << 30, tile: None }
     }
 }
 
@@ -62,6 +65,13 @@ pub struct BenchRow {
     pub sets: usize,
 }
 
+impl BenchRow {
+    /// Whether our timed output agreed with cuDNN's (false when cuDNN gave none, or on NaN).
+    pub fn matches_cudnn(&self) -> bool {
+        self.rel_err <= TOL_CUDNN
+    }
+}
+
 /// Device buffers holding `sets` independent copies of x, w and y.
 struct Arena {
     x: CudaSlice<f32>,
@@ -84,12 +94,7 @@ impl Arena {
 }
 
 /// Median milliseconds of `run(set)` over `reps` launches, sets taken in turn.
-fn time_median(
-    gpu: &Gpu,
-    opts: &BenchOptions,
-    sets: usize,
-    mut run: impl FnMut(usize) -> Result<()>,
-) -> Result<f64> {
+fn time_median(gpu: &Gpu, opts: &BenchOptions, sets: usize, mut run: impl FnMut(usize) -> Result<()>) -> Result<f64> {
     for i in 0..opts.warmup {
         run(i % sets)?;
     }
@@ -122,7 +127,7 @@ pub fn bench_layer(
     let geom = conv.geometry()?;
     let mut a = Arena::new(gpu, conv, rng, opts.min_working_set)?;
     let [xl, wl, yl] = a.lens;
-    let tile = direct::choose_tile(conv, &geom, gpu.sm_count());
+    let tile = opts.tile.unwrap_or_else(|| direct::choose_tile(conv, &geom, gpu.sm_count()));
 
     gpu.poison(&mut a.y)?;
     let ours_ms = time_median(gpu, opts, a.sets, |i| {
@@ -150,9 +155,8 @@ pub fn bench_layer(
     }
     let cudnn_ms = cudnn_rows.iter().map(|t| t.ms).fold(f64::INFINITY, f64::min);
     // Set 0 is the first one both sides wrote after the poison.
-    let rel_err = fma_out.map_or(f64::NAN, |theirs| {
-        rel_error(&ours, &theirs.into_iter().map(f64::from).collect::<Vec<_>>())
-    });
+    let rel_err =
+        fma_out.map_or(f64::NAN, |theirs| rel_error(&ours, &theirs.into_iter().map(f64::from).collect::<Vec<_>>()));
     let seconds = ours_ms * 1e-3;
     Ok(BenchRow {
         label: conv.label(),

@@ -150,18 +150,16 @@ pub fn random_case(rng: &mut SmallRng, index: usize) -> Conv2d {
         }
         "batch-1" => conv.n = 1,
         "z-split" => {
-            // More than 65535 packed (image, group, k-tile) blocks: several launches.
-            (conv.n, conv.c, conv.h, conv.w) = (rng.random_range(260..=300), 256, 6, 7);
-            (conv.groups, conv.k) = (256, 256);
+            // More than 65535 packed (group, k-tile) blocks: several launches.
+            (conv.n, conv.c, conv.h, conv.w) = (rng.random_range(1..=2), rng.random_range(65536..=70000), 5, 6);
+            (conv.groups, conv.k) = (conv.c, conv.c);
         }
         _ => unreachable!("every category has an arm"),
     }
     // Padding up to the filter's reach, independently per side, keeps every output valid.
     let reach = |f: usize, d: usize| d * (f - 1) / 2;
-    conv.pad = [
-        rng.random_range(0..=reach(conv.r, conv.dilation[0])),
-        rng.random_range(0..=reach(conv.s, conv.dilation[1])),
-    ];
+    conv.pad =
+        [rng.random_range(0..=reach(conv.r, conv.dilation[0])), rng.random_range(0..=reach(conv.s, conv.dilation[1]))];
     conv.h = conv.h.max(conv.dilation[0] * (conv.r - 1) + 1);
     conv.w = conv.w.max(conv.dilation[1] * (conv.s - 1) + 1);
     conv

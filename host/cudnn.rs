@@ -236,7 +236,14 @@ impl<'g> CudnnConv<'g> {
 
     pub fn workspace_size(&self, math: Math, algo: Algo) -> Result<usize> {
         unsafe {
-            result::get_convolution_forward_workspace_size(self.handle.0, self.x.0, self.w.0, self.desc(math), self.y.0, algo)
+            result::get_convolution_forward_workspace_size(
+                self.handle.0,
+                self.x.0,
+                self.w.0,
+                self.desc(math),
+                self.y.0,
+                algo,
+            )
         }
         .during("cudnnGetConvolutionForwardWorkspaceSize")
     }

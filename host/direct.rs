@@ -1,10 +1,6 @@
 //! Launcher of the grouped direct convolution (`kernels-gpu/src/direct.rs`).
 
-use crate::{
-    Conv2d, ConvGeometry, Error, Gpu, Result,
-    error::Context,
-    gpu::KernelArg,
-};
+use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, error::Context, gpu::KernelArg};
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use kernels_gpu::{
     MagicDiv,
@@ -16,26 +12,25 @@ pub fn variants() -> &'static [DirectTile] {
     DIRECT_FWD_VARIANTS
 }
 
-/// The heuristic choice: as many output channels per thread as the group has (up to 8), and
+/// The heuristic choice: as many output channels per thread as the group has (up to 16), and
 /// 4 pixels per thread unless that leaves fewer than two blocks per multiprocessor.
 pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry, sm_count: u32) -> DirectTile {
     let k_per_thread = match geom.k_per_group {
         1 => 1,
         2 => 2,
         3 | 4 => 4,
-        _ => 8,
+        5..=15 => 8,
+        _ => 16,
     };
     let pick = |px| {
         *DIRECT_FWD_VARIANTS
             .iter()
             .find(|t| t.k_per_thread == k_per_thread && t.px_per_thread == px)
-            .expect("DIRECT_FWD_VARIANTS covers k_per_thread 1, 2, 4, 8 with 1 and 4 pixels")
+            .expect("DIRECT_FWD_VARIANTS covers k_per_thread 1, 2, 4, 8, 16 with 1 and 4 pixels")
     };
     let wide = pick(4);
-    let blocks = (geom.out_h * geom.out_w).div_ceil(wide.pixels_per_block() as usize)
-        * conv.n
-        * conv.groups
-        * wide.k_tiles(geom.k_per_group as u32) as usize;
+    let blocks = (conv.n * geom.out_h * geom.out_w).div_ceil(wide.pixels_per_block() as usize)
+        * grid_z(conv, geom, &wide) as usize;
     if blocks >= 2 * sm_count as usize { wide } else { pick(1) }
 }
 
@@ -65,17 +60,19 @@ pub fn params(conv: &Conv2d, geom: &ConvGeometry, tile: &DirectTile) -> DirectFw
         out_channels: u(conv.k),
         c_per_group: u(geom.c_per_group),
         k_per_group: u(geom.k_per_group),
+        batch_pixels: u(conv.n * geom.out_h * geom.out_w),
         taps_per_chunk: tile.taps_per_chunk(taps),
         z_base: 0,
+        _pad: 0,
         k_tiles: magic(tile.k_tiles(u(geom.k_per_group))),
-        groups: magic(u(conv.groups)),
+        out_plane: magic(u(geom.out_h * geom.out_w)),
         out_w_div: magic(u(geom.out_w)),
     }
 }
 
-/// Number of packed z-indices (image, group, k-tile) of a launch of `tile`.
+/// Number of packed z-indices (group, k-tile) of a launch of `tile`.
 pub fn grid_z(conv: &Conv2d, geom: &ConvGeometry, tile: &DirectTile) -> u64 {
-    conv.n as u64 * conv.groups as u64 * tile.k_tiles(geom.k_per_group as u32) as u64
+    conv.groups as u64 * tile.k_tiles(geom.k_per_group as u32) as u64
 }
 
 /// `y = conv(x, w)` with the heuristic's tile. Buffers are NCHW / KCRS, f32, exactly the
@@ -102,7 +99,8 @@ pub fn forward_with(
     y: &mut impl DevicePtrMut<f32>,
 ) -> Result<()> {
     let geom = conv.geometry()?;
-    for (buffer, expected, got) in [("x", geom.x_len, x.len()), ("w", geom.w_len, w.len()), ("y", geom.y_len, y.len())] {
+    for (buffer, expected, got) in [("x", geom.x_len, x.len()), ("w", geom.w_len, w.len()), ("y", geom.y_len, y.len())]
+    {
         if expected != got {
             return Err(Error::BufferSize { buffer, expected, got });
         }
@@ -115,7 +113,7 @@ pub fn forward_with(
     let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
     (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
 
-    let grid_x = (geom.out_h * geom.out_w).div_ceil(tile.pixels_per_block() as usize) as u32;
+    let grid_x = (conv.n * geom.out_h * geom.out_w).div_ceil(tile.pixels_per_block() as usize) as u32;
     let total_z = grid_z(conv, &geom, tile);
     // Packed z-ranges beyond the grid's z-limit go out as further launches.
     let mut z_base = 0u64;

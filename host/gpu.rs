@@ -3,7 +3,8 @@
 use crate::{Error, Result, error::Context, ptx::PTX_MODULES};
 use cudarc::{
     driver::{
-        CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DriverError, sys,
+        CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DriverError,
+        sys,
     },
     nvrtc::Ptx,
 };

@@ -89,23 +89,24 @@ impl Conv2d {
                 return Err(Error::invalid(field, format!("= {v} exceeds {}", MAX_DIM / 4)));
             }
         }
-        if self.c % self.groups != 0 {
+        if !self.c.is_multiple_of(self.groups) {
             return Err(Error::invalid("groups", format!("= {} does not divide c = {}", self.groups, self.c)));
         }
-        if self.k % self.groups != 0 {
+        if !self.k.is_multiple_of(self.groups) {
             return Err(Error::invalid("groups", format!("= {} does not divide k = {}", self.groups, self.k)));
         }
         let out = |field, input: usize, filter: usize, pad: usize, stride: usize, dil: usize| {
-            let extent = out_extent(input as u64, filter as u64, pad as u64, stride as u64, dil as u64).ok_or_else(|| {
-                Error::invalid(
-                    field,
-                    format!(
-                        "= {filter}: the dilated filter ({}) is larger than the padded input ({})",
-                        (dil as u64) * (filter as u64 - 1) + 1,
-                        input as u64 + 2 * pad as u64
-                    ),
-                )
-            })?;
+            let extent =
+                out_extent(input as u64, filter as u64, pad as u64, stride as u64, dil as u64).ok_or_else(|| {
+                    Error::invalid(
+                        field,
+                        format!(
+                            "= {filter}: the dilated filter ({}) is larger than the padded input ({})",
+                            (dil as u64) * (filter as u64 - 1) + 1,
+                            input as u64 + 2 * pad as u64
+                        ),
+                    )
+                })?;
             Ok::<usize, Error>(extent as usize)
         };
         let out_h = out("r", self.h, self.r, self.pad[0], self.stride[0], self.dilation[0])?;
@@ -120,11 +121,10 @@ impl Conv2d {
                 .filter(|&v| v <= MAX_DIM)
                 .ok_or_else(|| Error::invalid(field, format!("makes {} exceed {MAX_DIM}", factors_text(factors))))
         };
-        // Planes, per-group filter taps and the packed block index are 32-bit on the GPU.
+        // Planes, the flat output-pixel range and per-group filter taps are 32-bit on the GPU.
         product("h", &[self.h, self.w])?;
-        product("r", &[out_h, out_w])?;
+        product("n", &[self.n, out_h, out_w])?;
         product("c", &[c_per_group, self.r, self.s])?;
-        product("n", &[self.n, self.k])?;
         let total = |field: &'static str, factors: &[usize]| {
             factors
                 .iter()
@@ -197,9 +197,8 @@ impl FromStr for Conv2d {
         let (mut w, mut k, mut s) = (None, None, None);
         let mut seen = [false; 3]; // c, h, r
         for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let (key, value) = item
-                .split_once('=')
-                .ok_or_else(|| Error::invalid("shape", format!("`{item}` is not key=value")))?;
+            let (key, value) =
+                item.split_once('=').ok_or_else(|| Error::invalid("shape", format!("`{item}` is not key=value")))?;
             let (key, value) = (key.trim(), value.trim());
             let one = |field: &'static str| parse_dim(field, value);
             match key {

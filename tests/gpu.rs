@@ -83,8 +83,8 @@ fn every_variant_writes_all_of_its_output_and_nothing_else() {
 #[ignore = "needs a CUDA GPU"]
 fn packed_grid_beyond_the_z_limit_is_split_into_launches() {
     let gpu = gpu();
-    // 300 images x 256 groups = 76800 packed z-indices > 65535.
-    let conv: Conv2d = "n=300,c=256,h=6,w=7,k=256,r=3,s=3,pad=1,groups=256".parse().unwrap();
+    // 70000 groups of one k-tile each: packed z-indices beyond 65535.
+    let conv: Conv2d = "n=2,c=70000,h=5,w=6,k=70000,r=3,s=3,pad=1,groups=70000".parse().unwrap();
     let geom = conv.geometry().unwrap();
     let tile = direct::choose_tile(&conv, &geom, gpu.sm_count());
     assert!(direct::grid_z(&conv, &geom, &tile) > 65535);

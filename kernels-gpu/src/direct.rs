@@ -1,15 +1,17 @@
 //! Grouped direct convolution, forward, f32, NCHW: the kernel ABI, its tile math and (on the
 //! GPU) the kernels. Launched by `host/direct.rs`.
 //!
-//! Work split: a block owns `px_per_thread * BLOCK_THREADS` consecutive output pixels of one
-//! image, for `k_per_thread` consecutive output channels of one group. Each thread keeps
-//! `px_per_thread x k_per_thread` accumulators, so one input load feeds `k_per_thread` FMAs
-//! and one shared-memory weight vector feeds `px_per_thread` pixels. The filter taps of the
-//! group (`c_per_group * R * S`, flattened) stream through shared memory in chunks, which
-//! makes any filter size (1x1 ... 64x64 and beyond, rectangular) the same code path.
+//! Work split: the output pixels of all images form one flat range (`n * out_h * out_w`), so
+//! small feature maps (7x7, 14x14) still fill whole blocks. A block owns
+//! `px_per_thread * BLOCK_THREADS` consecutive pixels of that range, for `k_per_thread`
+//! consecutive output channels of one group. Each thread keeps `px_per_thread x k_per_thread`
+//! accumulators, so one input load feeds `k_per_thread` FMAs and one shared-memory weight
+//! vector feeds `px_per_thread` pixels. The filter taps of the group (`c_per_group * R * S`,
+//! flattened) stream through shared memory in chunks, which makes any filter size
+//! (1x1 ... 64x64 and beyond, rectangular) the same code path.
 //!
-//! Grid: x = pixel tiles, z = (image, group, k-tile) packed; z is unpacked with magic
-//! division. A launch covers at most `MAX_GRID_Z` z-indices from `z_base` on; the host
+//! Grid: x = pixel tiles, z = (group, k-tile) packed; z and the pixel index are unpacked with
+//! magic division. A launch covers at most `MAX_GRID_Z` z-indices from `z_base` on; the host
 //! issues as many launches as the packed range needs.
 
 use crate::MagicDiv;
@@ -24,7 +26,7 @@ pub const MAX_GRID_Z: u32 = 65535;
 
 /// Parameters of every direct forward kernel, passed by value. Addresses are device
 /// pointers; every extent is validated by the host to fit the kernel's index arithmetic
-/// (planes and per-group tap counts below 2^31).
+/// (`n * out_h * out_w`, planes and per-group tap counts below 2^31).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct DirectFwdParams {
@@ -47,39 +49,52 @@ pub struct DirectFwdParams {
     pub out_channels: u32,
     pub c_per_group: u32,
     pub k_per_group: u32,
+    /// Output pixels of all images: `n * out_h * out_w`.
+    pub batch_pixels: u32,
     /// Filter taps per shared-memory chunk (`SMEM_BUDGET_BYTES / 4 / k_per_thread` at most).
     pub taps_per_chunk: u32,
     /// Packed z-index of this launch's `blockIdx.z == 0`.
     pub z_base: u32,
+    pub _pad: u32,
     /// Divides a packed z-index by the number of k-tiles per group.
     pub k_tiles: MagicDiv,
-    /// Divides by the number of groups.
-    pub groups: MagicDiv,
-    /// Divides a linear output pixel by the output width.
+    /// Divides a flat pixel index by `out_h * out_w`.
+    pub out_plane: MagicDiv,
+    /// Divides a pixel of one image by `out_w`.
     pub out_w_div: MagicDiv,
 }
 
-/// What one block works on, unpacked from its packed z-index.
+/// The channels one block works on, unpacked from its packed z-index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockCoords {
-    pub image: u32,
     pub group: u32,
     pub k_tile: u32,
 }
 
+/// One output pixel of the flat range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PixelCoords {
+    pub image: u32,
+    /// `oh * out_w + ow`
+    pub pixel: u32,
+    pub oh: u32,
+    pub ow: u32,
+}
+
 impl DirectFwdParams {
-    /// Inverse of `(image * groups + group) * k_tiles + k_tile`.
+    /// Inverse of `group * k_tiles + k_tile`.
     #[inline(always)]
     pub fn block_coords(&self, z: u32) -> BlockCoords {
-        let (image_group, k_tile) = self.k_tiles.div_rem(z);
-        let (image, group) = self.groups.div_rem(image_group);
-        BlockCoords { image, group, k_tile }
+        let (group, k_tile) = self.k_tiles.div_rem(z);
+        BlockCoords { group, k_tile }
     }
 
-    /// `(oh, ow)` of a linear output pixel.
+    /// Inverse of `(image * out_h + oh) * out_w + ow`.
     #[inline(always)]
-    pub fn out_pixel(&self, pixel: u32) -> (u32, u32) {
-        self.out_w_div.div_rem(pixel)
+    pub fn pixel_coords(&self, flat: u32) -> PixelCoords {
+        let (image, pixel) = self.out_plane.div_rem(flat);
+        let (oh, ow) = self.out_w_div.div_rem(pixel);
+        PixelCoords { image, pixel, oh, ow }
     }
 }
 
@@ -150,9 +165,14 @@ direct_fwd_variants!(
     (direct_fwd_k4_p4, 4, 4),
     (direct_fwd_k8_p1, 8, 1),
     (direct_fwd_k8_p4, 8, 4),
+    (direct_fwd_k16_p1, 16, 1),
+    (direct_fwd_k16_p4, 16, 4),
 );
 
+// Register arrays are indexed in lockstep by compile-time-constant loop counters (fully
+// unrolled); iterator chains over several of them would hide that.
 #[cfg(target_arch = "nvptx64")]
+#[allow(clippy::needless_range_loop)]
 mod kernel {
     use super::DirectFwdParams;
     use crate::prelude::*;
@@ -162,14 +182,14 @@ mod kernel {
     #[inline(always)]
     fn tap_weights<const KT: usize>(addr: u32) -> [f32; KT] {
         let mut w = [0.0f32; KT];
-        if KT % 4 == 0 {
+        if KT.is_multiple_of(4) {
             for q in 0..KT / 4 {
                 let v = ld_shared_f32x4(addr + 16 * q as u32);
                 w[4 * q..4 * q + 4].copy_from_slice(&v);
             }
         } else {
-            for (kk, wk) in w.iter_mut().enumerate() {
-                *wk = ld_shared_f32(addr + 4 * kk as u32);
+            for kk in 0..KT {
+                w[kk] = ld_shared_f32(addr + 4 * kk as u32);
             }
         }
         w
@@ -184,25 +204,29 @@ mod kernel {
         let k_live = (p.k_per_group - k_in_group).min(KT as u32);
         let k_first = at.group * p.k_per_group + k_in_group;
         let in_plane = (p.in_h * p.in_w) as u64;
-        let out_plane = p.out_h * p.out_w;
+        let out_plane = p.out_plane.divisor as u64;
         let taps = p.c_per_group * p.filter_r * p.filter_s;
-
-        let x_group = to_global(p.x)
-            + 4 * ((at.image as u64 * p.channels as u64 + (at.group * p.c_per_group) as u64) * in_plane);
         let w_tile = to_global(p.w) + 4 * (k_first as u64 * taps as u64);
 
-        // Per pixel: its index, liveness and the input corner of its receptive field.
-        let mut pixel = [0u32; PX];
+        // Per pixel: liveness, where its group's input starts, the input corner of its
+        // receptive field and where its first output channel goes.
         let mut live = [false; PX];
+        let mut x_base = [0u64; PX];
+        let mut y_base = [0u64; PX];
         let mut ih0 = [0i32; PX];
         let mut iw0 = [0i32; PX];
+        let (x, y) = (to_global(p.x), to_global(p.y));
         let tile_first = block_idx_x() * threads * PX as u32;
         for i in 0..PX {
-            pixel[i] = tile_first + i as u32 * threads + tid;
-            live[i] = pixel[i] < out_plane;
-            let (oh, ow) = p.out_pixel(pixel[i]);
-            ih0[i] = oh.wrapping_mul(p.stride_h) as i32 - p.pad_h;
-            iw0[i] = ow.wrapping_mul(p.stride_w) as i32 - p.pad_w;
+            let flat = tile_first + i as u32 * threads + tid;
+            live[i] = flat < p.batch_pixels;
+            let px = p.pixel_coords(flat);
+            let c_first = px.image as u64 * p.channels as u64 + (at.group * p.c_per_group) as u64;
+            x_base[i] = x.wrapping_add(4 * c_first * in_plane);
+            let k_row = px.image as u64 * p.out_channels as u64 + k_first as u64;
+            y_base[i] = y.wrapping_add(4 * (k_row * out_plane + px.pixel as u64));
+            ih0[i] = px.oh.wrapping_mul(p.stride_h) as i32 - p.pad_h;
+            iw0[i] = px.ow.wrapping_mul(p.stride_w) as i32 - p.pad_w;
         }
 
         let smem = smem_base();
@@ -235,7 +259,7 @@ mod kernel {
                 for i in 0..PX {
                     let ih = ih0[i] + (r * p.dil_h) as i32;
                     row_live[i] = live[i] && (ih as u32) < p.in_h;
-                    row[i] = x_group
+                    row[i] = x_base[i]
                         .wrapping_add(4 * (c as u64 * in_plane))
                         .wrapping_add(4 * (ih as u32 as u64).wrapping_mul(p.in_w as u64));
                     iw[i] = iw0[i] + (s * p.dil_w) as i32;
@@ -270,12 +294,11 @@ mod kernel {
             chunk_first += chunk;
         }
 
-        let y_tile = to_global(p.y) + 4 * ((at.image as u64 * p.out_channels as u64 + k_first as u64) * out_plane as u64);
-        for kk in 0..KT {
-            if (kk as u32) < k_live {
-                for i in 0..PX {
-                    if live[i] {
-                        stg_f32(y_tile + 4 * (kk as u64 * out_plane as u64 + pixel[i] as u64), acc[i][kk]);
+        for i in 0..PX {
+            if live[i] {
+                for kk in 0..KT {
+                    if (kk as u32) < k_live {
+                        stg_f32(y_base[i] + 4 * kk as u64 * out_plane, acc[i][kk]);
                     }
                 }
             }

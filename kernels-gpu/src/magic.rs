@@ -30,12 +30,7 @@ impl MagicDiv {
         let two_l = 1u64 << l;
         // 2^32 (2^l - d) < 2^64 because 2^l - d < d <= 2^32.
         let multiplier = (((two_l - divisor as u64) << 32) / divisor as u64 + 1) as u32;
-        Some(Self {
-            divisor,
-            multiplier,
-            shift1: if l == 0 { 0 } else { 1 },
-            shift2: if l == 0 { 0 } else { l - 1 },
-        })
+        Some(Self { divisor, multiplier, shift1: if l == 0 { 0 } else { 1 }, shift2: if l == 0 { 0 } else { l - 1 } })
     }
 
     #[inline(always)]

@@ -69,7 +69,9 @@ pub fn ld_shared_f32x4(addr: u32) -> [f32; 4] {
 #[inline(always)]
 pub fn to_global(generic: u64) -> u64 {
     let g: u64;
-    unsafe { asm!("cvta.to.global.u64 {g}, {p};", g = out(reg64) g, p = in(reg64) generic, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("cvta.to.global.u64 {g}, {p};", g = out(reg64) g, p = in(reg64) generic, options(pure, nomem, nostack))
+    };
     g
 }
 
@@ -77,7 +79,9 @@ pub fn to_global(generic: u64) -> u64 {
 #[inline(always)]
 pub fn ldg_nc_f32(global_addr: u64) -> f32 {
     let v: f32;
-    unsafe { asm!("ld.global.nc.f32 {v}, [{a}];", a = in(reg64) global_addr, v = out(reg32) v, options(readonly, nostack)) };
+    unsafe {
+        asm!("ld.global.nc.f32 {v}, [{a}];", a = in(reg64) global_addr, v = out(reg32) v, options(readonly, nostack))
+    };
     v
 }
 
@@ -101,6 +105,8 @@ pub fn shfl_down_f32(v: f32, delta: u32) -> f32 {
 #[inline(always)]
 pub fn mul_hi_u32(a: u32, b: u32) -> u32 {
     let r: u32;
-    unsafe { asm!("mul.hi.u32 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("mul.hi.u32 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack))
+    };
     r
 }

@@ -1,0 +1,97 @@
+//! Every embedded PTX module assembles with `ptxas` for its architecture, holds exactly the
+//! expected entry points with the host's parameter layout, and spills nothing.
+//!
+//! `ptxas` comes from `$PTXAS`, else `.tools/ptxas` (installed by scripts/setup), else PATH.
+//! It is required: without it this test fails rather than skip.
+
+use convkit::ptx::PTX_MODULES;
+use kernels_gpu::direct::{DIRECT_FWD_VARIANTS, DirectFwdParams};
+use std::{collections::BTreeMap, path::PathBuf, process::Command};
+
+fn ptxas() -> PathBuf {
+    if let Some(p) = std::env::var_os("PTXAS") {
+        return p.into();
+    }
+    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".tools/ptxas/nvidia/cu13/bin/ptxas");
+    if local.exists() { local } else { "ptxas".into() }
+}
+
+/// Per entry point: (registers, stack frame bytes, spill store bytes, spill load bytes).
+fn assemble(cc: u32, ptx: &str) -> BTreeMap<String, (u32, u32, u32, u32)> {
+    let dir = std::env::temp_dir().join(format!("convkit-ptx-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("kernels_sm_{cc}.ptx"));
+    std::fs::write(&file, ptx).unwrap();
+    let tool = ptxas();
+    let out = Command::new(&tool)
+        .arg(format!("-arch=sm_{cc}"))
+        .arg("-v")
+        .arg(&file)
+        .arg("-o")
+        .arg(dir.join("out.cubin"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} ({e}); run scripts/setup or set PTXAS", tool.display()));
+    let log = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ptxas rejected the sm_{cc} module:\n{log}");
+
+    let number_before = |line: &str, unit: &str| -> u32 {
+        let head = &line[..line.find(unit).unwrap_or_else(|| panic!("no `{unit}` in `{line}`"))];
+        head.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    let mut entries = BTreeMap::new();
+    let mut current: Option<String> = None;
+    let mut frame = (0, 0, 0);
+    for line in log.lines() {
+        if let Some(rest) = line.split("Function properties for ").nth(1) {
+            current = Some(rest.trim().to_owned());
+        } else if line.contains("bytes stack frame") {
+            frame = (
+                number_before(line, "bytes stack frame"),
+                number_before(line, "bytes spill stores"),
+                number_before(line, "bytes spill loads"),
+            );
+        } else if line.contains("Used") && line.contains("registers") {
+            let name = current.take().expect("ptxas reports properties before usage");
+            entries.insert(name, (number_before(line, "registers"), frame.0, frame.1, frame.2));
+        }
+    }
+    entries
+}
+
+#[test]
+fn every_module_assembles_without_spills() {
+    assert!(!PTX_MODULES.is_empty());
+    let expected: Vec<&str> = DIRECT_FWD_VARIANTS.iter().map(|t| t.name).collect();
+    for (cc, ptx) in PTX_MODULES {
+        let entries = assemble(*cc, ptx);
+        let names: Vec<&str> = entries.keys().map(String::as_str).collect();
+        let mut want = expected.clone();
+        want.sort();
+        assert_eq!(names, want, "sm_{cc}: entry points");
+        for (name, (regs, stack, spill_st, spill_ld)) in &entries {
+            println!("sm_{cc} {name}: {regs} registers, {stack} B stack, spills {spill_st}/{spill_ld} B");
+            assert_eq!((spill_st, spill_ld), (&0, &0), "sm_{cc} {name} spills");
+            assert_eq!(*stack, 0, "sm_{cc} {name} uses a stack frame (an array went to local memory)");
+        }
+    }
+}
+
+#[test]
+fn kernel_parameters_match_the_host_struct() {
+    let size = size_of::<DirectFwdParams>();
+    for (cc, ptx) in PTX_MODULES {
+        for tile in DIRECT_FWD_VARIANTS {
+            let decl = format!(".param .align 8 .b8 {}_param_0[{size}]", tile.name);
+            assert!(ptx.contains(&decl), "sm_{cc}: {} does not take one {size}-byte parameter struct", tile.name);
+        }
+    }
+}
+
+#[test]
+fn magic_division_uses_a_32_bit_multiply_high() {
+    for (cc, ptx) in PTX_MODULES {
+        assert!(ptx.contains("mul.hi.u32"), "sm_{cc}: no mul.hi.u32 in the PTX");
+        // The unpacking of blockIdx.z must not widen to a 64-bit multiply-high.
+        assert!(!ptx.contains("mul.hi.u64") && !ptx.contains("mul.hi.s64"), "sm_{cc}: 64-bit multiply-high");
+    }
+}
