@@ -12,21 +12,21 @@ pub fn variants() -> &'static [DirectTile] {
     DIRECT_FWD_VARIANTS
 }
 
-/// The heuristic choice: as many output channels per thread as the group has (up to 16), and
+/// The heuristic choice: as many output channels per thread as the group has (up to 8: a
+/// 16-channel tile needed 220 registers and measured 7-17% slower, see benches/NOTES.md), and
 /// 4 pixels per thread unless that leaves fewer than two blocks per multiprocessor.
 pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry, sm_count: u32) -> DirectTile {
     let k_per_thread = match geom.k_per_group {
         1 => 1,
         2 => 2,
         3 | 4 => 4,
-        5..=15 => 8,
-        _ => 16,
+        _ => 8,
     };
     let pick = |px| {
         *DIRECT_FWD_VARIANTS
             .iter()
             .find(|t| t.k_per_thread == k_per_thread && t.px_per_thread == px)
-            .expect("DIRECT_FWD_VARIANTS covers k_per_thread 1, 2, 4, 8, 16 with 1 and 4 pixels")
+            .expect("DIRECT_FWD_VARIANTS covers k_per_thread 1, 2, 4, 8 with 1 and 4 pixels")
     };
     let wide = pick(4);
     let blocks = (conv.n * geom.out_h * geom.out_w).div_ceil(wide.pixels_per_block() as usize)

@@ -165,8 +165,6 @@ direct_fwd_variants!(
     (direct_fwd_k4_p4, 4, 4),
     (direct_fwd_k8_p1, 8, 1),
     (direct_fwd_k8_p4, 8, 4),
-    (direct_fwd_k16_p1, 16, 1),
-    (direct_fwd_k16_p4, 16, 4),
 );
 
 // Register arrays are indexed in lockstep by compile-time-constant loop counters (fully
