@@ -4,7 +4,7 @@ use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, error::Context, gpu::Kerne
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use kernels_gpu::{
     MagicDiv,
-    direct::{BLOCK_THREADS, DIRECT_FWD_VARIANTS, DirectFwdParams, DirectTile, MAX_GRID_Z},
+    direct::{BLOCK_THREADS, DIRECT_FWD_VARIANTS, DirectFwdParams, DirectTile, MAX_GRID_Z, TileShape},
 };
 
 /// Every tile variant the PTX holds.
@@ -13,8 +13,10 @@ pub fn variants() -> &'static [DirectTile] {
 }
 
 /// The heuristic choice: as many output channels per thread as the group has (up to 8: a
-/// 16-channel tile needed 220 registers and measured 7-17% slower, see benches/NOTES.md), and
-/// 4 pixels per thread unless that leaves fewer than two blocks per multiprocessor.
+/// 16-channel tile needed 220 registers and measured 7-17% slower, see benches/NOTES.md); a
+/// row-window tile where stride and dilation along the width are 1, else 4 scattered pixels
+/// per thread; and 1 scattered pixel per thread when the others leave fewer than two blocks
+/// per multiprocessor.
 pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry, sm_count: u32) -> DirectTile {
     let k_per_thread = match geom.k_per_group {
         1 => 1,
@@ -22,16 +24,19 @@ pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry, sm_count: u32) -> DirectT
         3 | 4 => 4,
         _ => 8,
     };
-    let pick = |px| {
+    let pick = |shape, px: Option<u32>| {
         *DIRECT_FWD_VARIANTS
             .iter()
-            .find(|t| t.k_per_thread == k_per_thread && t.px_per_thread == px)
-            .expect("DIRECT_FWD_VARIANTS covers k_per_thread 1, 2, 4, 8 with 1 and 4 pixels")
+            .find(|t| t.k_per_thread == k_per_thread && t.shape == shape && px.is_none_or(|px| t.px_per_thread == px))
+            .expect("DIRECT_FWD_VARIANTS covers k_per_thread 1, 2, 4, 8 in every shape, scattered with 1 and 4 pixels")
     };
-    let wide = pick(4);
-    let blocks = (conv.n * geom.out_h * geom.out_w).div_ceil(wide.pixels_per_block() as usize)
-        * grid_z(conv, geom, &wide) as usize;
-    if blocks >= 2 * sm_count as usize { wide } else { pick(1) }
+    let wide = if conv.stride[1] == 1 && conv.dilation[1] == 1 {
+        pick(TileShape::RowWindow, None)
+    } else {
+        pick(TileShape::Scattered, Some(4))
+    };
+    let blocks = wide.grid_x(conv.n as u64, geom.out_h as u64, geom.out_w as u64) * grid_z(conv, geom, &wide);
+    if blocks >= 2 * sm_count as u64 { wide } else { pick(TileShape::Scattered, Some(1)) }
 }
 
 /// The kernel parameters for `conv` with tile `tile`; the addresses are filled in at launch.
@@ -40,6 +45,7 @@ pub fn params(conv: &Conv2d, geom: &ConvGeometry, tile: &DirectTile) -> DirectFw
     let u = |v: usize| v as u32;
     let taps = u(geom.c_per_group * conv.r * conv.s);
     let magic = |d: u32| MagicDiv::new(d).expect("validated extents are non-zero");
+    let row_groups = u(geom.out_w).div_ceil(tile.px_per_thread);
     DirectFwdParams {
         x: 0,
         w: 0,
@@ -61,12 +67,14 @@ pub fn params(conv: &Conv2d, geom: &ConvGeometry, tile: &DirectTile) -> DirectFw
         c_per_group: u(geom.c_per_group),
         k_per_group: u(geom.k_per_group),
         batch_pixels: u(conv.n * geom.out_h * geom.out_w),
+        batch_row_groups: u(conv.n * geom.out_h * row_groups as usize),
         taps_per_chunk: tile.taps_per_chunk(taps),
         z_base: 0,
-        _pad: 0,
         k_tiles: magic(tile.k_tiles(u(geom.k_per_group))),
         out_plane: magic(u(geom.out_h * geom.out_w)),
         out_w_div: magic(u(geom.out_w)),
+        row_groups: magic(row_groups),
+        out_h_div: magic(u(geom.out_h)),
     }
 }
 
@@ -99,6 +107,9 @@ pub fn forward_with(
     y: &mut impl DevicePtrMut<f32>,
 ) -> Result<()> {
     let geom = conv.geometry()?;
+    if !tile.supports(conv.stride[1] as u32, conv.dilation[1] as u32) {
+        return Err(Error::UnsupportedTile { tile: tile.name, reason: "row-window tiles need stride_w = dil_w = 1" });
+    }
     for (buffer, expected, got) in [("x", geom.x_len, x.len()), ("w", geom.w_len, w.len()), ("y", geom.y_len, y.len())]
     {
         if expected != got {
@@ -113,7 +124,7 @@ pub fn forward_with(
     let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
     (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
 
-    let grid_x = (conv.n * geom.out_h * geom.out_w).div_ceil(tile.pixels_per_block() as usize) as u32;
+    let grid_x = tile.grid_x(conv.n as u64, geom.out_h as u64, geom.out_w as u64) as u32;
     let total_z = grid_z(conv, &geom, tile);
     // Packed z-ranges beyond the grid's z-limit go out as further launches.
     let mut z_base = 0u64;

@@ -18,6 +18,8 @@ pub enum Error {
     LibraryNotFound { lib: &'static str, hint: &'static str },
     #[error("invalid shape: {field} {reason}")]
     InvalidShape { field: &'static str, reason: String },
+    #[error("tile {tile} cannot compute this shape: {reason}")]
+    UnsupportedTile { tile: &'static str, reason: &'static str },
     #[error("buffer `{buffer}` holds {got} elements, the shape needs {expected}")]
     BufferSize { buffer: &'static str, expected: usize, got: usize },
     #[error("workspace too small: {needed} bytes needed, {given} given")]

@@ -2,7 +2,9 @@
 //! block index, checked against the packing the launcher uses.
 
 use convkit::{Conv2d, direct, pick_ptx};
-use kernels_gpu::direct::{BlockCoords, DIRECT_FWD_VARIANTS, PixelCoords, SMEM_BUDGET_BYTES, out_extent};
+use kernels_gpu::direct::{
+    BlockCoords, DIRECT_FWD_VARIANTS, PixelCoords, RowCoords, SMEM_BUDGET_BYTES, TileShape, out_extent,
+};
 
 #[test]
 fn block_coords_invert_the_packing() {
@@ -31,6 +33,17 @@ fn block_coords_invert_the_packing() {
                 }
             }
             assert_eq!(flat, p.batch_pixels);
+            let px = tile.px_per_thread;
+            let mut flat = 0;
+            for image in 0..conv.n as u32 {
+                for oh in 0..geom.out_h as u32 {
+                    for ow in (0..geom.out_w as u32).step_by(px as usize) {
+                        assert_eq!(p.row_coords(flat, px), RowCoords { image, oh, ow }, "{spec}");
+                        flat += 1;
+                    }
+                }
+            }
+            assert_eq!(flat, p.batch_row_groups);
         }
     }
 }
@@ -55,8 +68,22 @@ fn heuristic_picks_a_compiled_variant_that_fits_the_group() {
         let geom = conv.geometry().unwrap();
         let tile = direct::choose_tile(&conv, &geom, 132);
         assert!(DIRECT_FWD_VARIANTS.contains(&tile));
+        assert!(tile.supports(conv.stride[1] as u32, conv.dilation[1] as u32), "{spec}: {tile:?}");
         assert!(tile.k_per_thread as usize <= geom.k_per_group.next_power_of_two().max(1), "{spec}: {tile:?}");
     }
+}
+
+#[test]
+fn row_window_tiles_need_unit_stride_and_dilation_along_the_width() {
+    for tile in DIRECT_FWD_VARIANTS {
+        let rows = tile.shape == TileShape::RowWindow;
+        assert!(tile.supports(1, 1));
+        assert_eq!(tile.supports(2, 1), !rows);
+        assert_eq!(tile.supports(1, 2), !rows);
+    }
+    let strided: Conv2d = "n=32,c=64,h=56,k=64,r=3,stride=1x2".parse().unwrap();
+    let tile = direct::choose_tile(&strided, &strided.geometry().unwrap(), 132);
+    assert_eq!(tile.shape, TileShape::Scattered);
 }
 
 #[test]

@@ -48,6 +48,8 @@ fn every_variant_writes_all_of_its_output_and_nothing_else() {
         "n=3,c=8,h=19,w=23,k=20,r=5,s=3,pad=2x1,stride=2,groups=4",
         "n=1,c=3,h=40,w=37,k=9,r=7,s=7,pad=3,dil=2",
         "n=2,c=4,h=9,w=9,k=12,r=1,s=1,groups=2",
+        // Rows shorter than one row-window thread, and a dilated height.
+        "n=4,c=2,h=11,w=3,k=2,r=3,s=3,pad=1,dil=2x1,groups=2",
         // More taps than one shared-memory chunk holds for every variant.
         "n=1,c=64,h=12,w=12,k=16,r=9,s=9,pad=4",
     ];
@@ -60,6 +62,12 @@ fn every_variant_writes_all_of_its_output_and_nothing_else() {
         let want = reference::conv2d_forward(&conv, &x_host, &w_host).unwrap();
         let (x, w) = (gpu.upload(&x_host).unwrap(), gpu.upload(&w_host).unwrap());
         for tile in direct::variants() {
+            if !tile.supports(conv.stride[1] as u32, conv.dilation[1] as u32) {
+                let mut y = gpu.alloc::<f32>(geom.y_len).unwrap();
+                let err = direct::forward_with(&gpu, &conv, tile, &x, &w, &mut y).unwrap_err();
+                assert!(matches!(err, Error::UnsupportedTile { .. }), "{} on {spec}: {err}", tile.name);
+                continue;
+            }
             let mut y: CudaSlice<f32> = gpu.alloc(geom.y_len + 2 * GUARD).unwrap();
             gpu.fill_bits(&mut y, GUARD_BITS).unwrap();
             gpu.poison(&mut y.slice_mut(GUARD..GUARD + geom.y_len)).unwrap();

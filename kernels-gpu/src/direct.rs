@@ -2,17 +2,20 @@
 //! GPU) the kernels. Launched by `host/direct.rs`.
 //!
 //! Work split: the output pixels of all images form one flat range (`n * out_h * out_w`), so
-//! small feature maps (7x7, 14x14) still fill whole blocks. A block owns
-//! `px_per_thread * BLOCK_THREADS` consecutive pixels of that range, for `k_per_thread`
-//! consecutive output channels of one group. Each thread keeps `px_per_thread x k_per_thread`
-//! accumulators, so one input load feeds `k_per_thread` FMAs and one shared-memory weight
-//! vector feeds `px_per_thread` pixels. The filter taps of the group (`c_per_group * R * S`,
-//! flattened) stream through shared memory in chunks, which makes any filter size
-//! (1x1 ... 64x64 and beyond, rectangular) the same code path.
+//! small feature maps (7x7, 14x14) still fill whole blocks. Each thread computes
+//! `px_per_thread` pixels for `k_per_thread` consecutive output channels of one group, so one
+//! shared-memory weight vector feeds `px_per_thread` pixels and one input value feeds
+//! `k_per_thread` FMAs. Two ways of picking a thread's pixels ([`TileShape`]):
+//! - `Scattered`: pixels `BLOCK_THREADS` apart in the flat range; any stride and dilation.
+//! - `RowWindow`: adjacent pixels of one output row. With stride and dilation 1 along the
+//!   width their receptive fields overlap, so a register window slides along the input row:
+//!   one load per filter tap feeds every pixel of the thread.
 //!
-//! Grid: x = pixel tiles, z = (group, k-tile) packed; z and the pixel index are unpacked with
-//! magic division. A launch covers at most `MAX_GRID_Z` z-indices from `z_base` on; the host
-//! issues as many launches as the packed range needs.
+//! The filter taps of the group (`c_per_group * R * S`, flattened) stream through shared
+//! memory in chunks, so any filter size (1x1 ... 64x64 and beyond, rectangular) takes the same
+//! path. Grid: x = pixel tiles, z = (group, k-tile) packed; z and the pixel index are unpacked
+//! with magic division. A launch covers at most `MAX_GRID_Z` z-indices from `z_base` on; the
+//! host issues as many launches as the packed range needs.
 
 use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
@@ -51,17 +54,22 @@ pub struct DirectFwdParams {
     pub k_per_group: u32,
     /// Output pixels of all images: `n * out_h * out_w`.
     pub batch_pixels: u32,
+    /// Row-window tiles: output rows of all images times `row_groups`.
+    pub batch_row_groups: u32,
     /// Filter taps per shared-memory chunk (`SMEM_BUDGET_BYTES / 4 / k_per_thread` at most).
     pub taps_per_chunk: u32,
     /// Packed z-index of this launch's `blockIdx.z == 0`.
     pub z_base: u32,
-    pub _pad: u32,
     /// Divides a packed z-index by the number of k-tiles per group.
     pub k_tiles: MagicDiv,
     /// Divides a flat pixel index by `out_h * out_w`.
     pub out_plane: MagicDiv,
     /// Divides a pixel of one image by `out_w`.
     pub out_w_div: MagicDiv,
+    /// Row-window tiles: divides by the thread groups per output row, `ceil(out_w / px)`.
+    pub row_groups: MagicDiv,
+    /// Divides by `out_h`.
+    pub out_h_div: MagicDiv,
 }
 
 /// The channels one block works on, unpacked from its packed z-index.
@@ -69,6 +77,14 @@ pub struct DirectFwdParams {
 pub struct BlockCoords {
     pub group: u32,
     pub k_tile: u32,
+}
+
+/// The first pixel of a row-window thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowCoords {
+    pub image: u32,
+    pub oh: u32,
+    pub ow: u32,
 }
 
 /// One output pixel of the flat range.
@@ -96,19 +112,51 @@ impl DirectFwdParams {
         let (oh, ow) = self.out_w_div.div_rem(pixel);
         PixelCoords { image, pixel, oh, ow }
     }
+
+    /// Inverse of `(image * out_h + oh) * row_groups + ow / px`, for a row-window tile of `px`.
+    #[inline(always)]
+    pub fn row_coords(&self, flat: u32, px: u32) -> RowCoords {
+        let (image_row, group) = self.row_groups.div_rem(flat);
+        let (image, oh) = self.out_h_div.div_rem(image_row);
+        RowCoords { image, oh, ow: group * px }
+    }
+}
+
+/// How a tile assigns output pixels to a thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TileShape {
+    /// `px_per_thread` pixels `BLOCK_THREADS` apart in the flat pixel range.
+    Scattered,
+    /// `px_per_thread` adjacent pixels of one output row (stride and dilation 1 along width).
+    RowWindow,
 }
 
 /// One tile shape of the direct kernel; each is its own PTX entry point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirectTile {
     pub name: &'static str,
+    pub shape: TileShape,
     pub k_per_thread: u32,
     pub px_per_thread: u32,
 }
 
 impl DirectTile {
-    pub const fn pixels_per_block(&self) -> u32 {
-        self.px_per_thread * BLOCK_THREADS
+    /// Whether this tile computes convolutions with this width stride and dilation.
+    pub const fn supports(&self, stride_w: u32, dil_w: u32) -> bool {
+        match self.shape {
+            TileShape::Scattered => true,
+            TileShape::RowWindow => stride_w == 1 && dil_w == 1,
+        }
+    }
+
+    /// Blocks along the grid's x for `n` images of `out_h x out_w` outputs.
+    pub const fn grid_x(&self, n: u64, out_h: u64, out_w: u64) -> u64 {
+        match self.shape {
+            TileShape::Scattered => (n * out_h * out_w).div_ceil(self.px_per_thread as u64 * BLOCK_THREADS as u64),
+            TileShape::RowWindow => {
+                (n * out_h * out_w.div_ceil(self.px_per_thread as u64)).div_ceil(BLOCK_THREADS as u64)
+            }
+        }
     }
 
     pub const fn k_tiles(&self, k_per_group: u32) -> u32 {
@@ -138,10 +186,10 @@ pub const fn out_extent(input: u64, filter: u64, pad: u64, stride: u64, dilation
 }
 
 macro_rules! direct_fwd_variants {
-    ($(($name:ident, $kt:literal, $px:literal)),* $(,)?) => {
+    ($(($name:ident, $shape:ident, $kernel:ident, $kt:literal, $px:literal)),* $(,)?) => {
         /// Every tile variant in the PTX, by entry-point name.
         pub const DIRECT_FWD_VARIANTS: &[DirectTile] = &[
-            $(DirectTile { name: stringify!($name), k_per_thread: $kt, px_per_thread: $px }),*
+            $(DirectTile { name: stringify!($name), shape: TileShape::$shape, k_per_thread: $kt, px_per_thread: $px }),*
         ];
 
         #[cfg(target_arch = "nvptx64")]
@@ -149,7 +197,7 @@ macro_rules! direct_fwd_variants {
             $(
                 #[unsafe(no_mangle)]
                 pub unsafe extern "ptx-kernel" fn $name(p: super::DirectFwdParams) {
-                    unsafe { super::kernel::direct_fwd::<$kt, $px>(&p) }
+                    unsafe { super::kernel::$kernel::<$kt, $px>(&p) }
                 }
             )*
         }
@@ -157,14 +205,18 @@ macro_rules! direct_fwd_variants {
 }
 
 direct_fwd_variants!(
-    (direct_fwd_k1_p1, 1, 1),
-    (direct_fwd_k1_p4, 1, 4),
-    (direct_fwd_k2_p1, 2, 1),
-    (direct_fwd_k2_p4, 2, 4),
-    (direct_fwd_k4_p1, 4, 1),
-    (direct_fwd_k4_p4, 4, 4),
-    (direct_fwd_k8_p1, 8, 1),
-    (direct_fwd_k8_p4, 8, 4),
+    (direct_fwd_k1_p1, Scattered, scattered, 1, 1),
+    (direct_fwd_k1_p4, Scattered, scattered, 1, 4),
+    (direct_fwd_k2_p1, Scattered, scattered, 2, 1),
+    (direct_fwd_k2_p4, Scattered, scattered, 2, 4),
+    (direct_fwd_k4_p1, Scattered, scattered, 4, 1),
+    (direct_fwd_k4_p4, Scattered, scattered, 4, 4),
+    (direct_fwd_k8_p1, Scattered, scattered, 8, 1),
+    (direct_fwd_k8_p4, Scattered, scattered, 8, 4),
+    (direct_fwd_rows_k1_p8, RowWindow, row_window, 1, 8),
+    (direct_fwd_rows_k2_p4, RowWindow, row_window, 2, 4),
+    (direct_fwd_rows_k4_p4, RowWindow, row_window, 4, 4),
+    (direct_fwd_rows_k8_p4, RowWindow, row_window, 8, 4),
 );
 
 // Register arrays are indexed in lockstep by compile-time-constant loop counters (fully
@@ -172,7 +224,7 @@ direct_fwd_variants!(
 #[cfg(target_arch = "nvptx64")]
 #[allow(clippy::needless_range_loop)]
 mod kernel {
-    use super::DirectFwdParams;
+    use super::{BlockCoords, DirectFwdParams};
     use crate::prelude::*;
     use core::intrinsics::fmaf32;
 
@@ -193,42 +245,46 @@ mod kernel {
         w
     }
 
+    /// One input element, or the zero padding outside the row / the image.
     #[inline(always)]
-    pub unsafe fn direct_fwd<const KT: usize, const PX: usize>(p: &DirectFwdParams) {
-        let tid = thread_idx_x();
-        let threads = block_dim_x();
+    fn load_or_zero(row: u64, row_live: bool, iw: i32, in_w: u32) -> f32 {
+        if row_live && (iw as u32) < in_w { ldg_nc_f32(row + 4 * (iw as u32 as u64)) } else { 0.0 }
+    }
+
+    /// The block's output channels: which k-tile it is, and where its first channel starts.
+    struct Channels {
+        at: BlockCoords,
+        /// First output channel of the tile (over all groups).
+        k_first: u32,
+        /// Channels of the tile that exist (the last tile of a group may be partial).
+        k_live: u32,
+    }
+
+    #[inline(always)]
+    fn channels<const KT: usize>(p: &DirectFwdParams) -> Channels {
         let at = p.block_coords(p.z_base + block_idx_z());
         let k_in_group = at.k_tile * KT as u32;
-        let k_live = (p.k_per_group - k_in_group).min(KT as u32);
-        let k_first = at.group * p.k_per_group + k_in_group;
-        let in_plane = (p.in_h * p.in_w) as u64;
-        let out_plane = p.out_plane.divisor as u64;
-        let taps = p.c_per_group * p.filter_r * p.filter_s;
-        let w_tile = to_global(p.w) + 4 * (k_first as u64 * taps as u64);
-
-        // Per pixel: liveness, where its group's input starts, the input corner of its
-        // receptive field and where its first output channel goes.
-        let mut live = [false; PX];
-        let mut x_base = [0u64; PX];
-        let mut y_base = [0u64; PX];
-        let mut ih0 = [0i32; PX];
-        let mut iw0 = [0i32; PX];
-        let (x, y) = (to_global(p.x), to_global(p.y));
-        let tile_first = block_idx_x() * threads * PX as u32;
-        for i in 0..PX {
-            let flat = tile_first + i as u32 * threads + tid;
-            live[i] = flat < p.batch_pixels;
-            let px = p.pixel_coords(flat);
-            let c_first = px.image as u64 * p.channels as u64 + (at.group * p.c_per_group) as u64;
-            x_base[i] = x.wrapping_add(4 * c_first * in_plane);
-            let k_row = px.image as u64 * p.out_channels as u64 + k_first as u64;
-            y_base[i] = y.wrapping_add(4 * (k_row * out_plane + px.pixel as u64));
-            ih0[i] = px.oh.wrapping_mul(p.stride_h) as i32 - p.pad_h;
-            iw0[i] = px.ow.wrapping_mul(p.stride_w) as i32 - p.pad_w;
+        Channels {
+            at,
+            k_first: at.group * p.k_per_group + k_in_group,
+            k_live: (p.k_per_group - k_in_group).min(KT as u32),
         }
+    }
 
+    /// Streams the group's filter taps through shared memory chunk by chunk and hands each run
+    /// of taps along one filter row to `row_run(c, r, s, w_addr, run)`: input channel `c` of the
+    /// group, filter row `r`, first column `s`, the shared address of that tap's `KT` weights
+    /// and the number of taps in the run.
+    #[inline(always)]
+    fn stream_taps<const KT: usize>(
+        p: &DirectFwdParams,
+        ch: &Channels,
+        mut row_run: impl FnMut(u32, u32, u32, u32, u32),
+    ) {
+        let (tid, threads) = (thread_idx_x(), block_dim_x());
+        let taps = p.c_per_group * p.filter_r * p.filter_s;
+        let w_tile = to_global(p.w) + 4 * (ch.k_first as u64 * taps as u64);
         let smem = smem_base();
-        let mut acc = [[0.0f32; KT]; PX];
         // (c, r, s) of the next tap to consume.
         let (mut c, mut r, mut s) = (0u32, 0u32, 0u32);
         let mut chunk_first = 0u32;
@@ -240,7 +296,7 @@ mod kernel {
                 let src = w_tile + 4 * (kk as u64 * taps as u64 + chunk_first as u64);
                 let mut j = tid;
                 while j < chunk {
-                    let v = if (kk as u32) < k_live { ldg_nc_f32(src + 4 * j as u64) } else { 0.0 };
+                    let v = if (kk as u32) < ch.k_live { ldg_nc_f32(src + 4 * j as u64) } else { 0.0 };
                     st_shared_f32(smem + 4 * (j * KT as u32 + kk as u32), v);
                     j += threads;
                 }
@@ -249,35 +305,8 @@ mod kernel {
 
             let mut j = 0u32;
             while j < chunk {
-                // One run of taps along a filter row: row validity and address are hoisted.
                 let run = (p.filter_s - s).min(chunk - j);
-                let mut row = [0u64; PX];
-                let mut row_live = [false; PX];
-                let mut iw = [0i32; PX];
-                for i in 0..PX {
-                    let ih = ih0[i] + (r * p.dil_h) as i32;
-                    row_live[i] = live[i] && (ih as u32) < p.in_h;
-                    row[i] = x_base[i]
-                        .wrapping_add(4 * (c as u64 * in_plane))
-                        .wrapping_add(4 * (ih as u32 as u64).wrapping_mul(p.in_w as u64));
-                    iw[i] = iw0[i] + (s * p.dil_w) as i32;
-                }
-                let mut w_addr = smem + 4 * j * KT as u32;
-                for _ in 0..run {
-                    let wv = tap_weights::<KT>(w_addr);
-                    for i in 0..PX {
-                        let v = if row_live[i] && (iw[i] as u32) < p.in_w {
-                            ldg_nc_f32(row[i] + 4 * (iw[i] as u32 as u64))
-                        } else {
-                            0.0
-                        };
-                        for kk in 0..KT {
-                            acc[i][kk] = fmaf32(v, wv[kk], acc[i][kk]);
-                        }
-                        iw[i] += p.dil_w as i32;
-                    }
-                    w_addr += 4 * KT as u32;
-                }
+                row_run(c, r, s, smem + 4 * j * KT as u32, run);
                 j += run;
                 s += run;
                 if s == p.filter_s {
@@ -291,12 +320,128 @@ mod kernel {
             }
             chunk_first += chunk;
         }
+    }
+
+    /// `TileShape::Scattered`: PX pixels `BLOCK_THREADS` apart in the flat pixel range.
+    #[inline(always)]
+    pub unsafe fn scattered<const KT: usize, const PX: usize>(p: &DirectFwdParams) {
+        let ch = channels::<KT>(p);
+        let in_plane = (p.in_h * p.in_w) as u64;
+        let out_plane = p.out_plane.divisor as u64;
+
+        // Per pixel: liveness, where its group's input starts, the input corner of its
+        // receptive field and where its first output channel goes.
+        let mut live = [false; PX];
+        let mut x_base = [0u64; PX];
+        let mut y_base = [0u64; PX];
+        let mut ih0 = [0i32; PX];
+        let mut iw0 = [0i32; PX];
+        let (x, y) = (to_global(p.x), to_global(p.y));
+        let threads = block_dim_x();
+        let tile_first = block_idx_x() * threads * PX as u32;
+        for i in 0..PX {
+            let flat = tile_first + i as u32 * threads + thread_idx_x();
+            live[i] = flat < p.batch_pixels;
+            let px = p.pixel_coords(flat);
+            let c_first = px.image as u64 * p.channels as u64 + (ch.at.group * p.c_per_group) as u64;
+            x_base[i] = x.wrapping_add(4 * c_first * in_plane);
+            let k_row = px.image as u64 * p.out_channels as u64 + ch.k_first as u64;
+            y_base[i] = y.wrapping_add(4 * (k_row * out_plane + px.pixel as u64));
+            ih0[i] = px.oh.wrapping_mul(p.stride_h) as i32 - p.pad_h;
+            iw0[i] = px.ow.wrapping_mul(p.stride_w) as i32 - p.pad_w;
+        }
+
+        let mut acc = [[0.0f32; KT]; PX];
+        stream_taps::<KT>(p, &ch, |c, r, s, mut w_addr, run| {
+            // Row validity and address are hoisted out of the run.
+            let mut row = [0u64; PX];
+            let mut row_live = [false; PX];
+            let mut iw = [0i32; PX];
+            for i in 0..PX {
+                let ih = ih0[i] + (r * p.dil_h) as i32;
+                row_live[i] = live[i] && (ih as u32) < p.in_h;
+                row[i] = x_base[i]
+                    .wrapping_add(4 * (c as u64 * in_plane))
+                    .wrapping_add(4 * (ih as u32 as u64).wrapping_mul(p.in_w as u64));
+                iw[i] = iw0[i] + (s * p.dil_w) as i32;
+            }
+            for _ in 0..run {
+                let wv = tap_weights::<KT>(w_addr);
+                for i in 0..PX {
+                    let v = load_or_zero(row[i], row_live[i], iw[i], p.in_w);
+                    for kk in 0..KT {
+                        acc[i][kk] = fmaf32(v, wv[kk], acc[i][kk]);
+                    }
+                    iw[i] += p.dil_w as i32;
+                }
+                w_addr += 4 * KT as u32;
+            }
+        });
 
         for i in 0..PX {
             if live[i] {
                 for kk in 0..KT {
-                    if (kk as u32) < k_live {
+                    if (kk as u32) < ch.k_live {
                         stg_f32(y_base[i] + 4 * kk as u64 * out_plane, acc[i][kk]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `TileShape::RowWindow`: PX adjacent pixels of one output row; needs stride_w = dil_w = 1.
+    #[inline(always)]
+    pub unsafe fn row_window<const KT: usize, const PX: usize>(p: &DirectFwdParams) {
+        let ch = channels::<KT>(p);
+        let in_plane = (p.in_h * p.in_w) as u64;
+        let out_plane = p.out_plane.divisor as u64;
+        let flat = block_idx_x() * block_dim_x() + thread_idx_x();
+        let live = flat < p.batch_row_groups;
+        let at = p.row_coords(flat, PX as u32);
+        let c_first = at.image as u64 * p.channels as u64 + (ch.at.group * p.c_per_group) as u64;
+        let x_base = to_global(p.x).wrapping_add(4 * c_first * in_plane);
+        let k_row = at.image as u64 * p.out_channels as u64 + ch.k_first as u64;
+        let y_base = to_global(p.y).wrapping_add(4 * (k_row * out_plane + (at.oh * p.out_w + at.ow) as u64));
+        let ih0 = at.oh.wrapping_mul(p.stride_h) as i32 - p.pad_h;
+        let iw0 = at.ow as i32 - p.pad_w;
+
+        let mut acc = [[0.0f32; KT]; PX];
+        stream_taps::<KT>(p, &ch, |c, r, s, mut w_addr, run| {
+            let ih = ih0 + (r * p.dil_h) as i32;
+            let row_live = live && (ih as u32) < p.in_h;
+            let row = x_base
+                .wrapping_add(4 * (c as u64 * in_plane))
+                .wrapping_add(4 * (ih as u32 as u64).wrapping_mul(p.in_w as u64));
+            // window[i] is the input under pixel i at the current tap; the next tap needs the
+            // window shifted by one and one new value at its end.
+            let mut iw = iw0 + s as i32;
+            let mut window = [0.0f32; PX];
+            for i in 1..PX {
+                window[i] = load_or_zero(row, row_live, iw + i as i32 - 1, p.in_w);
+            }
+            for _ in 0..run {
+                for i in 0..PX - 1 {
+                    window[i] = window[i + 1];
+                }
+                window[PX - 1] = load_or_zero(row, row_live, iw + PX as i32 - 1, p.in_w);
+                let wv = tap_weights::<KT>(w_addr);
+                for i in 0..PX {
+                    for kk in 0..KT {
+                        acc[i][kk] = fmaf32(window[i], wv[kk], acc[i][kk]);
+                    }
+                }
+                iw += 1;
+                w_addr += 4 * KT as u32;
+            }
+        });
+
+        if live {
+            for i in 0..PX {
+                if at.ow + (i as u32) < p.out_w {
+                    for kk in 0..KT {
+                        if (kk as u32) < ch.k_live {
+                            stg_f32(y_base + 4 * (kk as u64 * out_plane + i as u64), acc[i][kk]);
+                        }
                     }
                 }
             }
