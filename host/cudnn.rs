@@ -69,29 +69,27 @@ pub fn version() -> Option<usize> {
     unsafe { sys::is_culib_present() }.then(result::get_version)
 }
 
-struct Handle(sys::cudnnHandle_t);
-impl Drop for Handle {
-    fn drop(&mut self) {
-        unsafe { result::destroy_handle(self.0) }.ok();
-    }
+/// RAII owners of cuDNN's handle and descriptors.
+macro_rules! owned {
+    ($name:ident, $raw:ty, $destroy:path) => {
+        struct $name($raw);
+        impl Drop for $name {
+            fn drop(&mut self) {
+                unsafe { $destroy(self.0) }.ok();
+            }
+        }
+    };
 }
-struct TensorDesc(sys::cudnnTensorDescriptor_t);
-impl Drop for TensorDesc {
-    fn drop(&mut self) {
-        unsafe { result::destroy_tensor_descriptor(self.0) }.ok();
-    }
-}
-struct FilterDesc(sys::cudnnFilterDescriptor_t);
-impl Drop for FilterDesc {
-    fn drop(&mut self) {
-        unsafe { result::destroy_filter_descriptor(self.0) }.ok();
-    }
-}
-struct ConvDesc(sys::cudnnConvolutionDescriptor_t);
-impl Drop for ConvDesc {
-    fn drop(&mut self) {
-        unsafe { result::destroy_convolution_descriptor(self.0) }.ok();
-    }
+owned!(Handle, sys::cudnnHandle_t, result::destroy_handle);
+owned!(TensorDesc, sys::cudnnTensorDescriptor_t, result::destroy_tensor_descriptor);
+owned!(FilterDesc, sys::cudnnFilterDescriptor_t, result::destroy_filter_descriptor);
+owned!(ConvDesc, sys::cudnnConvolutionDescriptor_t, result::destroy_convolution_descriptor);
+
+/// The entries of a ranking whose algorithm can run (cuDNN lists the others with an error).
+fn successful(
+    perf: &[sys::cudnnConvolutionFwdAlgoPerf_t],
+) -> impl Iterator<Item = &sys::cudnnConvolutionFwdAlgoPerf_t> {
+    perf.iter().filter(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
 }
 
 /// One convolution problem described to cuDNN, in both math modes, on `gpu`'s stream.
@@ -177,11 +175,7 @@ impl<'g> CudnnConv<'g> {
             )
         }
         .during("cudnnGetConvolutionForwardAlgorithm_v7")?;
-        Ok(perf[..count as usize]
-            .iter()
-            .filter(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
-            .map(|p| (p.algo, p.memory))
-            .collect())
+        Ok(successful(&perf[..count as usize]).map(|p| (p.algo, p.memory)).collect())
     }
 
     /// Times every algorithm that fits `workspace` (`cudnnFindConvolutionForwardAlgorithmEx`,
@@ -221,9 +215,7 @@ impl<'g> CudnnConv<'g> {
             .result()
         }
         .during("cudnnFindConvolutionForwardAlgorithmEx")?;
-        Ok(perf[..count as usize]
-            .iter()
-            .filter(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
+        Ok(successful(&perf[..count as usize])
             .map(|p| AlgoPerf {
                 algo: p.algo,
                 math,

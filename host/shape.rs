@@ -53,6 +53,8 @@ impl ConvGeometry {
 
 /// Largest extent of any single dimension (cuDNN takes `int`, our kernels index in 32 bits).
 const MAX_DIM: usize = i32::MAX as usize;
+/// Largest padded input extent, `h + 2 * pad_h` (and likewise for the width).
+const MAX_PADDED: usize = 1 << 30;
 
 impl Conv2d {
     /// A `c -> k` convolution with an `r x s` filter, batch 1, stride 1, no padding, dense.
@@ -84,9 +86,10 @@ impl Conv2d {
                 return Err(Error::invalid(field, format!("= {v} exceeds {MAX_DIM}")));
             }
         }
-        for (field, v) in [("pad_h", self.pad[0]), ("pad_w", self.pad[1])] {
-            if v > MAX_DIM / 4 {
-                return Err(Error::invalid(field, format!("= {v} exceeds {}", MAX_DIM / 4)));
+        // Kernels index the padded input with i32 and step a few elements past its end.
+        for (field, input, pad) in [("pad_h", self.h, self.pad[0]), ("pad_w", self.w, self.pad[1])] {
+            if pad > MAX_PADDED || input + 2 * pad > MAX_PADDED {
+                return Err(Error::invalid(field, format!("= {pad} makes the padded input exceed {MAX_PADDED}")));
             }
         }
         if !self.c.is_multiple_of(self.groups) {

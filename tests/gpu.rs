@@ -12,6 +12,16 @@ fn gpu() -> Gpu {
     Gpu::new(0).expect("this test needs a CUDA GPU and driver")
 }
 
+/// Fresh random x and w for `conv`, on the host (for the CPU reference) and on the GPU.
+fn random_inputs(gpu: &Gpu, conv: &Conv2d, seed: u64) -> (Vec<f32>, Vec<f32>, CudaSlice<f32>, CudaSlice<f32>) {
+    let geom = conv.geometry().unwrap();
+    let mut rng = check::rng(seed);
+    let x_host = random_values(&mut rng, geom.x_len);
+    let w_host = random_values(&mut rng, geom.w_len);
+    let (x, w) = (gpu.upload(&x_host).unwrap(), gpu.upload(&w_host).unwrap());
+    (x_host, w_host, x, w)
+}
+
 /// Random cases per run; `CONVKIT_GPU_CASES` lowers it under compute-sanitizer.
 fn case_count() -> usize {
     std::env::var("CONVKIT_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(240)
@@ -53,14 +63,11 @@ fn every_variant_writes_all_of_its_output_and_nothing_else() {
         // More taps than one shared-memory chunk holds for every variant.
         "n=1,c=64,h=12,w=12,k=16,r=9,s=9,pad=4",
     ];
-    let mut rng = check::rng(7);
-    for spec in shapes {
+    for (seed, spec) in shapes.into_iter().enumerate() {
         let conv: Conv2d = spec.parse().unwrap();
         let geom = conv.geometry().unwrap();
-        let x_host = random_values(&mut rng, geom.x_len);
-        let w_host = random_values(&mut rng, geom.w_len);
+        let (x_host, w_host, x, w) = random_inputs(&gpu, &conv, seed as u64);
         let want = reference::conv2d_forward(&conv, &x_host, &w_host).unwrap();
-        let (x, w) = (gpu.upload(&x_host).unwrap(), gpu.upload(&w_host).unwrap());
         for tile in direct::variants() {
             if !tile.supports(conv.stride[1] as u32, conv.dilation[1] as u32) {
                 let mut y = gpu.alloc::<f32>(geom.y_len).unwrap();
@@ -96,10 +103,7 @@ fn packed_grid_beyond_the_z_limit_is_split_into_launches() {
     let geom = conv.geometry().unwrap();
     let tile = direct::choose_tile(&conv, &geom, gpu.sm_count());
     assert!(direct::grid_z(&conv, &geom, &tile) > 65535);
-    let mut rng = check::rng(11);
-    let x_host = random_values(&mut rng, geom.x_len);
-    let w_host = random_values(&mut rng, geom.w_len);
-    let (x, w) = (gpu.upload(&x_host).unwrap(), gpu.upload(&w_host).unwrap());
+    let (x_host, w_host, x, w) = random_inputs(&gpu, &conv, 11);
     let mut y = gpu.alloc::<f32>(geom.y_len).unwrap();
     gpu.poison(&mut y).unwrap();
     direct::forward(&gpu, &conv, &x, &w, &mut y).unwrap();

@@ -59,6 +59,8 @@ fn bad_shapes_name_their_field() {
         ("n=70000,c=1,h=200,r=1", "n", "exceed"),
         ("c=1,h=65536,r=1", "h", "exceed"),
         ("c=1,h=4,r=1,pad=-1", "pad", "not a non-negative integer"),
+        ("c=1,h=4,r=1,pad_w=600000000", "pad_w", "padded input exceed"),
+        ("c=1,h=4,r=1,pad=18446744073709551615", "pad_h", "padded input exceed"),
         ("c=1,h=4", "r", "required"),
         ("h=4,r=1", "c", "required"),
         ("c=1,h=4,r=1,q=3", "shape", "unknown key `q`"),

@@ -56,8 +56,8 @@ impl Layers {
 #[derive(Args)]
 struct CheckArgs {
     /// Random shapes to check when no --shape or --suite is given.
-    #[arg(long, default_value_t = 200)]
-    cases: usize,
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+    cases: u64,
     /// Seed of the random shapes and inputs (default: from the clock, printed).
     #[arg(long)]
     seed: Option<u64>,
@@ -85,8 +85,8 @@ struct BenchArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// Workspace offered to cuDNN, in MiB.
-    #[arg(long, default_value_t = 1024)]
-    workspace_mib: usize,
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    workspace_mib: u64,
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -171,7 +171,7 @@ fn run_check(device: usize, args: &CheckArgs) -> Result<ExitCode, Error> {
     let mut rng = check::rng(seed);
     let layers = match args.layers.resolve()? {
         Some(layers) => layers,
-        None => (0..args.cases).map(|i| check::random_case(&mut rng, i)).collect(),
+        None => (0..args.cases as usize).map(|i| check::random_case(&mut rng, i)).collect(),
     };
     println!("{}", device_line(&gpu)?);
     println!("checking {} shapes, seed {seed}", layers.len());
@@ -235,7 +235,7 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
     let opts = BenchOptions {
         reps: args.reps as usize,
         warmup: args.warmup,
-        workspace_bytes: args.workspace_mib << 20,
+        workspace_bytes: (args.workspace_mib as usize).saturating_mul(1 << 20),
         tile: args.tile,
         ..BenchOptions::default()
     };
