@@ -14,6 +14,10 @@ use kernels_gpu::direct::DirectTile;
 use rand::Rng;
 use serde::Serialize;
 
+/// cuDNN's ranking (FindEx times each algorithm once, on one input) can misorder close
+/// algorithms; this many of its fastest are re-timed our way and the best is kept.
+pub const CUDNN_CANDIDATES: usize = 3;
+
 /// The copy bandwidth measured on the H200 (bytes read + written), for "% of HBM".
 pub const HBM_BYTES_PER_S: f64 = 4.3e12;
 
@@ -36,7 +40,7 @@ impl Default for BenchOptions {
     }
 }
 
-/// cuDNN's fastest algorithm in one math mode, re-timed by us.
+/// cuDNN's fastest algorithm in one math mode, as re-timed by us.
 #[derive(Clone, Debug, Serialize)]
 pub struct CudnnTiming {
     pub math: Math,
@@ -142,16 +146,22 @@ pub fn bench_layer(
     for math in [Math::Fma, Math::Default] {
         let (x0, w0) = (a.x.slice(0..xl), a.w.slice(0..wl));
         let found = reference.find(math, &x0, &w0, &mut a.y.slice_mut(0..yl), workspace)?;
-        let Some(best) = found.first().copied() else { continue };
-        gpu.poison(&mut a.y)?;
-        let ms = time_median(gpu, opts, a.sets, |i| {
-            let (x, w) = (a.x.slice(i * xl..(i + 1) * xl), a.w.slice(i * wl..(i + 1) * wl));
-            reference.forward(math, best.algo, &x, &w, &mut a.y.slice_mut(i * yl..(i + 1) * yl), workspace)
-        })?;
-        if math == Math::Fma {
-            fma_out = Some(gpu.download(&a.y.slice(0..yl))?);
+        let mut best: Option<CudnnTiming> = None;
+        for candidate in found.iter().take(CUDNN_CANDIDATES) {
+            gpu.poison(&mut a.y)?;
+            let ms = time_median(gpu, opts, a.sets, |i| {
+                let (x, w) = (a.x.slice(i * xl..(i + 1) * xl), a.w.slice(i * wl..(i + 1) * wl));
+                reference.forward(math, candidate.algo, &x, &w, &mut a.y.slice_mut(i * yl..(i + 1) * yl), workspace)
+            })?;
+            if best.as_ref().is_none_or(|b| ms < b.ms) {
+                if math == Math::Fma {
+                    fma_out = Some(gpu.download(&a.y.slice(0..yl))?);
+                }
+                let algo = cudnn::algo_name(candidate.algo);
+                best = Some(CudnnTiming { math, algo, tensor_ops: candidate.tensor_ops, ms });
+            }
         }
-        cudnn_rows.push(CudnnTiming { math, algo: cudnn::algo_name(best.algo), tensor_ops: best.tensor_ops, ms });
+        cudnn_rows.extend(best);
     }
     let cudnn_ms = cudnn_rows.iter().map(|t| t.ms).fold(f64::INFINITY, f64::min);
     // Set 0 is the first one both sides wrote after the poison.
