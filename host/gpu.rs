@@ -11,7 +11,8 @@ use cudarc::{
 use std::sync::Arc;
 
 /// One GPU: its context, one stream that every convkit call of this handle runs on, and
-/// the kernels loaded for its architecture.
+/// the kernels loaded for its architecture. cudarc's cross-stream tracking is off for this
+/// context: use its buffers on [`Gpu::stream`], or synchronise other streams yourself.
 #[derive(Debug)]
 pub struct Gpu {
     ctx: Arc<CudaContext>,
