@@ -116,7 +116,7 @@ pub fn forward_with(
             return Err(Error::BufferSize { buffer, expected, got });
         }
     }
-    let function = gpu.function(tile.name)?;
+    let function = gpu.direct_function(tile)?;
     let stream = gpu.stream();
     let mut p = params(conv, &geom, tile);
     let (x_ptr, _x_sync) = x.device_ptr(stream);
@@ -137,7 +137,7 @@ pub fn forward_with(
             shared_mem_bytes: tile.smem_bytes(p.taps_per_chunk),
         };
         let arg = KernelArg(p);
-        unsafe { stream.launch_builder(&function).arg(&arg).launch(cfg) }.during("cuLaunchKernel(direct_fwd)")?;
+        unsafe { stream.launch_builder(function).arg(&arg).launch(cfg) }.during("cuLaunchKernel(direct_fwd)")?;
         z_base += z as u64;
     }
     Ok(())

@@ -2,12 +2,10 @@
 
 use crate::{Error, Result, error::Context, ptx::PTX_MODULES};
 use cudarc::{
-    driver::{
-        CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DriverError,
-        sys,
-    },
+    driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DriverError, sys},
     nvrtc::Ptx,
 };
+use kernels_gpu::direct::{DIRECT_FWD_VARIANTS, DirectTile};
 use std::sync::Arc;
 
 /// One GPU: its context, one stream that every convkit call of this handle runs on, and
@@ -17,7 +15,8 @@ use std::sync::Arc;
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    module: Arc<CudaModule>,
+    /// The direct kernels, in the order of `DIRECT_FWD_VARIANTS`, resolved once.
+    direct: Vec<CudaFunction>,
     arch: u32,
     ptx_arch: u32,
     sm_count: u32,
@@ -48,11 +47,15 @@ impl Gpu {
         let arch = (major * 10 + minor) as u32;
         let (ptx_arch, ptx) = pick_ptx(arch, PTX_MODULES)?;
         let module = ctx.load_module(Ptx::from_src(ptx)).during("cuModuleLoadData")?;
+        let direct = DIRECT_FWD_VARIANTS
+            .iter()
+            .map(|t| module.load_function(t.name).during("cuModuleGetFunction"))
+            .collect::<Result<_>>()?;
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .during("cuDeviceGetAttribute(multiprocessor count)")? as u32;
         let stream = ctx.default_stream();
-        Ok(Gpu { ctx, stream, module, arch, ptx_arch, sm_count })
+        Ok(Gpu { ctx, stream, direct, arch, ptx_arch, sm_count })
     }
 
     pub fn stream(&self) -> &Arc<CudaStream> {
@@ -88,8 +91,12 @@ impl Gpu {
         Ok(v)
     }
 
-    pub(crate) fn function(&self, name: &str) -> Result<CudaFunction> {
-        self.module.load_function(name).during("cuModuleGetFunction")
+    /// The loaded kernel of a direct tile variant.
+    pub(crate) fn direct_function(&self, tile: &DirectTile) -> Result<&CudaFunction> {
+        DIRECT_FWD_VARIANTS.iter().position(|t| t == tile).map(|i| &self.direct[i]).ok_or(Error::UnsupportedTile {
+            tile: tile.name,
+            reason: "not a kernel of this build (see direct::variants)",
+        })
     }
 
     /// Uninitialised device memory for `len` elements.
