@@ -1,6 +1,7 @@
 //! Compiles `kernels-gpu` to PTX with rustc's own `nvptx64-nvidia-cuda` backend (a nested
 //! cargo call, one per requested architecture) and writes `ptx.rs`, which embeds each module
 //! as a string constant. See ../shared/gpu-notes.md for why this path and these flags.
+//! Also stamps the build with its git commit (`CONVKIT_COMMIT`), for benchmark results.
 
 use std::{env, fmt::Write as _, fs, path::PathBuf, process::Command};
 
@@ -12,6 +13,8 @@ fn main() {
     println!("cargo:rerun-if-changed=kernels-gpu/Cargo.toml");
     println!("cargo:rerun-if-changed=kernels-gpu/Cargo.lock");
     println!("cargo:rerun-if-env-changed=CONVKIT_CUDA_ARCH");
+
+    println!("cargo:rustc-env=CONVKIT_COMMIT={}", git_commit());
 
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -69,4 +72,20 @@ fn main() {
     }
     table.push_str("];\n");
     fs::write(out_dir.join("ptx.rs"), table).expect("write ptx.rs");
+}
+
+/// `HEAD`'s short hash, with `-dirty` when tracked files differ from it; `unknown` outside
+/// a git checkout. Reruns when HEAD, the branch or the index move.
+fn git_commit() -> String {
+    // The host sources too: an edit after the last commit makes the build dirty.
+    for path in [".git/HEAD", ".git/index", ".git/refs/heads", "host", "Cargo.toml", "benches/suites"] {
+        println!("cargo:rerun-if-changed={path}");
+    }
+    let git = |args: &[&str]| Command::new("git").args(args).output().ok().filter(|o| o.status.success());
+    let Some(head) = git(&["rev-parse", "--short=12", "HEAD"]) else {
+        return "unknown".to_owned();
+    };
+    let hash = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|o| !o.stdout.is_empty());
+    if dirty { format!("{hash}-dirty") } else { hash }
 }

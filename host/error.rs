@@ -26,12 +26,20 @@ pub enum Error {
     WorkspaceTooSmall { needed: usize, given: usize },
     #[error("out of GPU memory allocating {bytes} bytes")]
     OutOfMemory { bytes: usize },
+    #[error("{what} belongs to another CUDA context than this Gpu")]
+    ForeignContext { what: String },
+    #[error("buffer `{buffer}` is not {align}-byte aligned, which {reason}")]
+    Misaligned { buffer: &'static str, align: usize, reason: &'static str },
+    #[error("timing: {0}")]
+    Timing(String),
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
     #[error("CUDA call {call} failed: {source}")]
     Cuda { call: &'static str, source: DriverError },
     #[error("cuDNN call {call} failed: {source:?}")]
     Cudnn { call: &'static str, source: CudnnError },
+    #[error("cuDNN: {0}")]
+    CudnnUnsupported(String),
 }
 
 impl Error {

@@ -1,22 +1,32 @@
-//! A CUDA device with its stream and the embedded PTX module that matches its architecture.
+//! A CUDA device, its default stream and the embedded PTX module that matches its
+//! architecture. Kernels are looked up by name; this module knows no algorithm.
 
 use crate::{Error, Result, error::Context, ptx::PTX_MODULES};
+use bytemuck::AnyBitPattern;
 use cudarc::{
-    driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DriverError, sys},
+    driver::{
+        CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice,
+        DriverError, LaunchConfig, PushKernelArg, sys,
+    },
     nvrtc::Ptx,
 };
-use kernels_gpu::direct::{DIRECT_FWD_VARIANTS, DirectTile};
-use std::sync::Arc;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
 
-/// One GPU: its context, one stream that every convkit call of this handle runs on, and
-/// the kernels loaded for its architecture. cudarc's cross-stream tracking is off for this
-/// context: use its buffers on [`Gpu::stream`], or synchronise other streams yourself.
+/// One GPU: its context, a default stream and the kernels loaded for its architecture.
+///
+/// Every launch takes the stream it runs on ([`Gpu::stream`] is the default). Buffers keep
+/// cudarc's event tracking, so a buffer written on one stream and read on another is
+/// ordered correctly; with a single stream that tracking costs nothing.
 #[derive(Debug)]
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    /// The direct kernels, in the order of `DIRECT_FWD_VARIANTS`, resolved once.
-    direct: Vec<CudaFunction>,
+    module: Arc<CudaModule>,
+    /// Entry points resolved so far, so that a launch does not look its kernel up again.
+    functions: Mutex<HashMap<&'static str, CudaFunction>>,
     arch: u32,
     ptx_arch: u32,
     sm_count: u32,
@@ -40,24 +50,18 @@ impl Gpu {
             return Err(Error::NoDevice { ordinal, count });
         }
         let ctx = CudaContext::new(ordinal).during("cuDevicePrimaryCtxRetain")?;
-        // convkit orders its work on one stream; cudarc's per-buffer event tracking would only
-        // add event records to every launch (and to every timed region).
-        unsafe { ctx.disable_event_tracking() };
         let (major, minor) = ctx.compute_capability().during("cuDeviceGetAttribute(compute capability)")?;
         let arch = (major * 10 + minor) as u32;
         let (ptx_arch, ptx) = pick_ptx(arch, PTX_MODULES)?;
         let module = ctx.load_module(Ptx::from_src(ptx)).during("cuModuleLoadData")?;
-        let direct = DIRECT_FWD_VARIANTS
-            .iter()
-            .map(|t| module.load_function(t.name).during("cuModuleGetFunction"))
-            .collect::<Result<_>>()?;
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .during("cuDeviceGetAttribute(multiprocessor count)")? as u32;
         let stream = ctx.default_stream();
-        Ok(Gpu { ctx, stream, direct, arch, ptx_arch, sm_count })
+        Ok(Gpu { ctx, stream, module, functions: Mutex::default(), arch, ptx_arch, sm_count })
     }
 
+    /// The default stream (CUDA's legacy default stream of this context).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
@@ -80,6 +84,10 @@ impl Gpu {
         self.sm_count
     }
 
+    pub fn ordinal(&self) -> usize {
+        self.ctx.ordinal()
+    }
+
     pub fn name(&self) -> Result<String> {
         self.ctx.name().during("cuDeviceGetName")
     }
@@ -91,16 +99,73 @@ impl Gpu {
         Ok(v)
     }
 
-    /// The loaded kernel of a direct tile variant.
-    pub(crate) fn direct_function(&self, tile: &DirectTile) -> Result<&CudaFunction> {
-        DIRECT_FWD_VARIANTS.iter().position(|t| t == tile).map(|i| &self.direct[i]).ok_or(Error::UnsupportedTile {
-            tile: tile.name,
-            reason: "not a kernel of this build (see direct::variants)",
-        })
+    /// The PCI bus id, e.g. `0000:1B:00.0` (how NVML finds the same device).
+    pub fn pci_bus_id(&self) -> Result<String> {
+        let mut buf = [0 as std::ffi::c_char; 32];
+        unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, self.ctx.cu_device()) }
+            .result()
+            .during("cuDeviceGetPCIBusId")?;
+        Ok(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
     }
 
-    /// Uninitialised device memory for `len` elements.
-    pub fn alloc<T: DeviceRepr>(&self, len: usize) -> Result<CudaSlice<T>> {
+    /// The kernel `name` of the loaded module.
+    pub(crate) fn function(&self, name: &'static str) -> Result<CudaFunction> {
+        let mut functions = self.functions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(f) = functions.get(name) {
+            return Ok(f.clone());
+        }
+        let f = self.module.load_function(name).during("cuModuleGetFunction")?;
+        functions.insert(name, f.clone());
+        Ok(f)
+    }
+
+    /// Launches kernel `name` with its parameter struct on `stream` (checked to be ours).
+    ///
+    /// # Safety
+    /// `params` must be what the kernel expects, and every address in it must stay valid
+    /// and correctly sized for the whole launch.
+    pub(crate) unsafe fn launch<P: bytemuck::Pod>(
+        &self,
+        stream: &CudaStream,
+        name: &'static str,
+        cfg: LaunchConfig,
+        params: P,
+    ) -> Result<()> {
+        self.check_stream(stream)?;
+        let function = self.function(name)?;
+        let arg = KernelArg(params);
+        unsafe { stream.launch_builder(&function).arg(&arg).launch(cfg) }
+            .map(drop)
+            .map_err(|source| Error::Cuda { call: "cuLaunchKernel", source })
+    }
+
+    /// Fails unless `stream` belongs to this GPU's context.
+    pub(crate) fn check_stream(&self, stream: &CudaStream) -> Result<()> {
+        if stream.context().cu_ctx() == self.ctx.cu_ctx() {
+            Ok(())
+        } else {
+            Err(Error::ForeignContext { what: "stream".to_owned() })
+        }
+    }
+
+    /// Fails unless `buffer` was allocated in this GPU's context.
+    pub(crate) fn check_buffer<T>(&self, what: &str, buffer: &impl DeviceSlice<T>) -> Result<()> {
+        if buffer.stream().context().cu_ctx() == self.ctx.cu_ctx() {
+            Ok(())
+        } else {
+            Err(Error::ForeignContext { what: format!("buffer `{what}`") })
+        }
+    }
+
+    /// Surfaces an error that cudarc could only record (in drop paths: the event records
+    /// and waits that order buffers across streams).
+    pub fn check_deferred(&self) -> Result<()> {
+        self.ctx.check_err().during("a deferred cross-stream event record/wait")
+    }
+
+    /// Device memory for `len` elements of a type for which every bit pattern is a value
+    /// (so the memory's arbitrary initial contents are valid reads).
+    pub fn alloc<T: DeviceRepr + AnyBitPattern>(&self, len: usize) -> Result<CudaSlice<T>> {
         unsafe { self.stream.alloc::<T>(len) }.map_err(|e| match e {
             DriverError(sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY) => {
                 Error::OutOfMemory { bytes: len.saturating_mul(size_of::<T>()) }
@@ -109,13 +174,13 @@ impl Gpu {
         })
     }
 
-    pub fn upload(&self, host: &[f32]) -> Result<CudaSlice<f32>> {
+    pub fn upload<T: DeviceRepr + AnyBitPattern>(&self, host: &[T]) -> Result<CudaSlice<T>> {
         let mut dev = self.alloc(host.len())?;
         self.stream.memcpy_htod(host, &mut dev).during("cuMemcpyHtoD")?;
         Ok(dev)
     }
 
-    pub fn download(&self, dev: &impl DevicePtr<f32>) -> Result<Vec<f32>> {
+    pub fn download<T: DeviceRepr + AnyBitPattern>(&self, dev: &impl DevicePtr<T>) -> Result<Vec<T>> {
         self.stream.clone_dtoh(dev).during("cuMemcpyDtoH")
     }
 
@@ -131,8 +196,10 @@ impl Gpu {
         unsafe { sys::cuMemsetD32Async(ptr, bits, len, self.stream.cu_stream()) }.result().during("cuMemsetD32Async")
     }
 
+    /// Waits for the default stream, then surfaces deferred errors.
     pub fn synchronize(&self) -> Result<()> {
-        self.stream.synchronize().during("cuStreamSynchronize")
+        self.stream.synchronize().during("cuStreamSynchronize")?;
+        self.check_deferred()
     }
 }
 
@@ -150,6 +217,15 @@ pub fn pick_ptx<'a>(arch: u32, modules: &[(u32, &'a str)]) -> Result<(u32, &'a s
 /// A `Pod` kernel parameter struct passed by value (the orphan rule keeps us from
 /// implementing cudarc's trait on `kernels-gpu` types directly).
 #[repr(transparent)]
-pub(crate) struct KernelArg<T>(pub T);
+struct KernelArg<T>(T);
 
 unsafe impl<T: bytemuck::Pod> DeviceRepr for KernelArg<T> {}
+
+/// A grid-stride launch over `len` items: enough blocks to fill the GPU a few times over,
+/// no more than the items need.
+pub(crate) fn grid_stride_config(gpu: &Gpu, len: u64) -> LaunchConfig {
+    const THREADS: u32 = 256;
+    let wanted = len.div_ceil(THREADS as u64).max(1);
+    let blocks = wanted.min(gpu.sm_count() as u64 * 8) as u32;
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+}

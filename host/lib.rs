@@ -1,26 +1,27 @@
 //! convkit: hand-written GPU convolution kernels, checked and benchmarked against cuDNN.
 //!
-//! - [`direct`]: grouped direct convolution (dense, grouped, depthwise, channel multipliers),
-//!   forward, f32, NCHW.
-//! - [`reference`]: a CPU reference convolution with f64 accumulation.
-//! - [`cudnn`]: the same convolution through cuDNN, the reference on the GPU.
-//! - [`Gpu`]: a device, its stream and the embedded PTX module for its architecture.
+//! - [`Gpu`]: a device, its default stream and the embedded PTX module for its architecture.
+//! - [`Conv2d`]: the problem (shape syntax, validation, derived sizes).
+//! - [`conv::direct`]: grouped direct convolution (dense, grouped, depthwise, channel
+//!   multipliers), forward, f32, NCHW.
+//! - [`conv::cudnn`]: the same convolution through cuDNN's graph API (its cuDNN 9 engines)
+//!   and its legacy API.
+//! - `harness` (cargo feature `harness`): references, `check`, timing and `bench`.
 //!
 //! Kernels live in the `kernels-gpu` crate, which also defines the parameter structs and
 //! index math that the launchers here use, so both sides share one kernel ABI.
 
-pub mod bench;
-pub mod check;
-pub mod cudnn;
-pub mod direct;
+pub mod conv;
 mod error;
 mod gpu;
-pub mod reference;
-pub mod shape;
+#[cfg(feature = "harness")]
+pub mod harness;
+pub mod problem;
 
+pub use conv::direct;
 pub use error::{Error, Result};
 pub use gpu::{Gpu, pick_ptx};
-pub use shape::{Conv2d, ConvGeometry};
+pub use problem::{Conv2d, ConvGeometry};
 
 /// The PTX modules built by `build.rs`, one per architecture in `CONVKIT_CUDA_ARCH`.
 pub mod ptx {

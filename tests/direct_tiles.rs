@@ -2,8 +2,9 @@
 //! block index, checked against the packing the launcher uses.
 
 use convkit::{Conv2d, direct, pick_ptx};
-use kernels_gpu::direct::{
-    BlockCoords, DIRECT_FWD_VARIANTS, PixelCoords, RowCoords, SMEM_BUDGET_BYTES, TileShape, out_extent,
+use kernels_gpu::{
+    conv::direct::{BlockCoords, DIRECT_FWD_VARIANTS, PixelCoords, RowCoords, SMEM_BUDGET_BYTES, TileShape},
+    geometry::out_extent,
 };
 
 #[test]

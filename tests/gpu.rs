@@ -3,21 +3,31 @@
 
 use convkit::{
     Conv2d, Error, Gpu,
-    check::{self, random_values, rel_error},
-    direct, reference,
+    conv::cudnn::{
+        self, MathClass,
+        engines::{ALL_HEURISTICS, EngineConv},
+        legacy::{LegacyConv, Math},
+    },
+    direct,
+    harness::{
+        check::{self, CUDNN_EXACT, CUDNN_FAST, Checker},
+        reference,
+        timing::{DeviceQueue, GpuQueue, Samples, time_round},
+    },
 };
 use cudarc::driver::CudaSlice;
+use kernels_gpu::{random::mix, verify::Tolerance};
+use std::time::Duration;
 
 fn gpu() -> Gpu {
     Gpu::new(0).expect("this test needs a CUDA GPU and driver")
 }
 
-/// Fresh random x and w for `conv`, on the host (for the CPU reference) and on the GPU.
-fn random_inputs(gpu: &Gpu, conv: &Conv2d, seed: u64) -> (Vec<f32>, Vec<f32>, CudaSlice<f32>, CudaSlice<f32>) {
+/// Random x and w for `conv`, on the host (for the CPU reference) and on the GPU.
+fn inputs(gpu: &Gpu, conv: &Conv2d, seed: u64) -> (Vec<f32>, Vec<f32>, CudaSlice<f32>, CudaSlice<f32>) {
     let geom = conv.geometry().unwrap();
-    let mut rng = check::rng(seed);
-    let x_host = random_values(&mut rng, geom.x_len);
-    let w_host = random_values(&mut rng, geom.w_len);
+    let x_host = reference::host_uniform(mix(seed, 1), geom.x_len);
+    let w_host = reference::host_uniform(mix(seed, 2), geom.w_len);
     let (x, w) = (gpu.upload(&x_host).unwrap(), gpu.upload(&w_host).unwrap());
     (x_host, w_host, x, w)
 }
@@ -29,20 +39,47 @@ fn case_count() -> usize {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn random_shapes_match_cudnn() {
+fn every_variant_matches_the_reference_on_random_shapes() {
     let gpu = gpu();
     let mut rng = check::rng(0x5eed_c0de);
-    let mut workspace: CudaSlice<u8> = gpu.alloc(256 << 20).unwrap();
+    let mut checker = Checker::new(&gpu, 256 << 20, 5e7).unwrap();
     let cases = case_count();
     let mut failures = Vec::new();
     for i in 0..cases {
-        let conv = check::random_case(&mut rng, i);
-        let r = check::check_case(&gpu, &conv, &mut rng, 5e7, &mut workspace).unwrap();
+        let case = check::random_case(&mut rng, i);
+        let r = checker.check(&case, mix(7, i as u64)).unwrap();
+        assert!(!r.variants.is_empty(), "{}: no variant ran", case.conv);
         if !r.passed() {
-            failures.push(format!("{} tile={} err_cudnn={:.2e} err_cpu={:?}", r.conv, r.tile, r.err_cudnn, r.err_cpu));
+            failures.push(format!("{} worst ratio {:.2} cudnn {:?}", case.conv, r.worst_ratio(), r.cudnn));
         }
     }
     assert!(failures.is_empty(), "{} of {cases} cases failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_gpu_fill_and_reference_agree_with_the_host_to_the_bit() {
+    let gpu = gpu();
+    let stream = gpu.stream();
+    let mut data = gpu.alloc::<f32>(100_003).unwrap();
+    reference::fill_uniform(&gpu, stream, &mut data, 42).unwrap();
+    assert_eq!(gpu.download(&data).unwrap(), reference::host_uniform(42, 100_003));
+
+    for spec in ["n=2,c=6,h=13,w=11,k=12,r=3,s=5,pad=1x2,stride=2x1,dil=1x2,groups=3", "n=1,c=2,h=50,k=1,r=45,pad=22"] {
+        let conv: Conv2d = spec.parse().unwrap();
+        let (mut x_host, w_host, mut x, w) = inputs(&gpu, &conv, 5);
+        for (i, v) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY].into_iter().enumerate() {
+            x_host[i * 97] = v;
+        }
+        gpu.stream().memcpy_htod(&x_host, &mut x).unwrap();
+        let cpu = reference::cpu_reference(&conv, &x_host, &w_host).unwrap();
+        let on_gpu = reference::gpu_reference(&gpu, stream, &conv, &x, &w).unwrap();
+        let same =
+            |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits() || p.is_nan() && q.is_nan());
+        assert!(same(&gpu.download(&on_gpu.value).unwrap(), &cpu.value), "{spec}: values");
+        assert!(same(&gpu.download(&on_gpu.magnitude).unwrap(), &cpu.magnitude), "{spec}: magnitudes");
+        assert!(cpu.value.iter().any(|v| v.is_nan()) && cpu.value.iter().any(|v| v.is_infinite()));
+    }
 }
 
 /// A bit pattern no arithmetic produces (a signalling NaN with a payload).
@@ -53,6 +90,7 @@ const GUARD: usize = 4096;
 #[ignore = "needs a CUDA GPU"]
 fn every_variant_writes_all_of_its_output_and_nothing_else() {
     let gpu = gpu();
+    let stream = gpu.stream();
     let shapes = [
         "n=2,c=6,h=13,w=11,k=6,r=3,s=3,pad=1,groups=6",
         "n=3,c=8,h=19,w=23,k=20,r=5,s=3,pad=2x1,stride=2,groups=4",
@@ -66,19 +104,21 @@ fn every_variant_writes_all_of_its_output_and_nothing_else() {
     for (seed, spec) in shapes.into_iter().enumerate() {
         let conv: Conv2d = spec.parse().unwrap();
         let geom = conv.geometry().unwrap();
-        let (x_host, w_host, x, w) = random_inputs(&gpu, &conv, seed as u64);
-        let want = reference::conv2d_forward(&conv, &x_host, &w_host).unwrap();
+        let (x_host, w_host, x, w) = inputs(&gpu, &conv, seed as u64);
+        let want = reference::cpu_reference(&conv, &x_host, &w_host).unwrap();
+        let bound = Tolerance::f32_sum(geom.taps(&conv) as u64);
         for tile in direct::variants() {
             if !tile.supports(conv.stride[1] as u32, conv.dilation[1] as u32) {
                 let mut y = gpu.alloc::<f32>(geom.y_len).unwrap();
-                let err = direct::forward_with(&gpu, &conv, tile, &x, &w, &mut y).unwrap_err();
+                let err = direct::forward_with(&gpu, stream, &conv, tile, &x, &w, &mut y).unwrap_err();
                 assert!(matches!(err, Error::UnsupportedTile { .. }), "{} on {spec}: {err}", tile.name);
                 continue;
             }
             let mut y: CudaSlice<f32> = gpu.alloc(geom.y_len + 2 * GUARD).unwrap();
             gpu.fill_bits(&mut y, GUARD_BITS).unwrap();
             gpu.poison(&mut y.slice_mut(GUARD..GUARD + geom.y_len)).unwrap();
-            direct::forward_with(&gpu, &conv, tile, &x, &w, &mut y.slice_mut(GUARD..GUARD + geom.y_len)).unwrap();
+            direct::forward_with(&gpu, stream, &conv, tile, &x, &w, &mut y.slice_mut(GUARD..GUARD + geom.y_len))
+                .unwrap();
             let got = gpu.download(&y).unwrap();
             let (before, rest) = got.split_at(GUARD);
             let (inner, after) = rest.split_at(geom.y_len);
@@ -86,10 +126,8 @@ fn every_variant_writes_all_of_its_output_and_nothing_else() {
                 let bad = band.iter().filter(|v| v.to_bits() != GUARD_BITS).count();
                 assert_eq!(bad, 0, "{} wrote {bad} elements {side} the output of {spec}", tile.name);
             }
-            let unwritten = inner.iter().filter(|v| v.is_nan()).count();
-            assert_eq!(unwritten, 0, "{} left {unwritten} outputs of {spec} unwritten", tile.name);
-            let err = rel_error(inner, &want);
-            assert!(err <= check::TOL_CPU, "{} on {spec}: rel err {err:.2e}", tile.name);
+            let stats = reference::compare_host(inner, &want, bound);
+            assert!(stats.passed(), "{} on {spec}: {stats:?}", tile.name);
         }
     }
 }
@@ -103,12 +141,31 @@ fn packed_grid_beyond_the_z_limit_is_split_into_launches() {
     let geom = conv.geometry().unwrap();
     let tile = direct::choose_tile(&conv, &geom, gpu.sm_count());
     assert!(direct::grid_z(&conv, &geom, &tile) > 65535);
-    let (x_host, w_host, x, w) = random_inputs(&gpu, &conv, 11);
+    let (x_host, w_host, x, w) = inputs(&gpu, &conv, 11);
     let mut y = gpu.alloc::<f32>(geom.y_len).unwrap();
     gpu.poison(&mut y).unwrap();
-    direct::forward(&gpu, &conv, &x, &w, &mut y).unwrap();
-    let err = rel_error(&gpu.download(&y).unwrap(), &reference::conv2d_forward(&conv, &x_host, &w_host).unwrap());
-    assert!(err <= check::TOL_CPU, "rel err {err:.2e}");
+    direct::forward(&gpu, gpu.stream(), &conv, &x, &w, &mut y).unwrap();
+    let want = reference::cpu_reference(&conv, &x_host, &w_host).unwrap();
+    let stats = reference::compare_host(&gpu.download(&y).unwrap(), &want, Tolerance::f32_sum(9));
+    assert!(stats.passed(), "{stats:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_second_stream_is_ordered_by_event_tracking() {
+    let gpu = gpu();
+    let conv: Conv2d = "n=8,c=64,h=56,k=64,r=3,pad=1,groups=64".parse().unwrap();
+    let geom = conv.geometry().unwrap();
+    let (x_host, w_host, x, w) = inputs(&gpu, &conv, 13);
+    let other = gpu.stream().fork().unwrap();
+    let mut y = gpu.alloc::<f32>(geom.y_len).unwrap();
+    gpu.poison(&mut y).unwrap();
+    // Written on `other`, read back on the default stream with no explicit synchronisation.
+    direct::forward(&gpu, &other, &conv, &x, &w, &mut y).unwrap();
+    let got = gpu.download(&y).unwrap();
+    let want = reference::cpu_reference(&conv, &x_host, &w_host).unwrap();
+    assert!(reference::compare_host(&got, &want, Tolerance::f32_sum(9)).passed());
+    gpu.synchronize().unwrap();
 }
 
 #[test]
@@ -120,12 +177,113 @@ fn mismatched_buffers_are_typed_errors() {
     let x = gpu.alloc::<f32>(geom.x_len).unwrap();
     let w = gpu.alloc::<f32>(geom.w_len + 1).unwrap();
     let mut y = gpu.alloc::<f32>(geom.y_len).unwrap();
-    match direct::forward(&gpu, &conv, &x, &w, &mut y) {
+    match direct::forward(&gpu, gpu.stream(), &conv, &x, &w, &mut y) {
         Err(Error::BufferSize { buffer: "w", expected, got }) => {
             assert_eq!((expected, got), (geom.w_len, geom.w_len + 1))
         }
         other => panic!("expected a BufferSize error for w, got {other:?}"),
     }
     let bad: Conv2d = "n=2,c=4,h=8,k=6,r=3,groups=4".parse().unwrap();
-    assert!(matches!(direct::forward(&gpu, &bad, &x, &w, &mut y), Err(Error::InvalidShape { field: "groups", .. })));
+    let result = direct::forward(&gpu, gpu.stream(), &bad, &x, &w, &mut y);
+    assert!(matches!(result, Err(Error::InvalidShape { field: "groups", .. })));
+    let small = gpu.alloc::<u8>(16).unwrap();
+    let legacy = LegacyConv::new(&gpu, gpu.stream(), &conv).unwrap();
+    let needy = legacy.heuristic(Math::Fma).unwrap().into_iter().find(|c| c.workspace > 16);
+    if let Some(choice) = needy {
+        let w = gpu.alloc::<f32>(geom.w_len).unwrap();
+        let mut ws = small;
+        let result = legacy.forward(&choice, &x, &w, &mut y, &mut ws);
+        assert!(matches!(result, Err(Error::WorkspaceTooSmall { .. })), "{result:?}");
+    }
+}
+
+/// The test's kernel: a depthwise layer of about 50 MB, some tens of microseconds.
+fn timed_layer(gpu: &Gpu) -> (Conv2d, CudaSlice<f32>, CudaSlice<f32>, CudaSlice<f32>) {
+    let conv: Conv2d = "n=16,c=128,h=56,k=128,r=3,pad=1,groups=128".parse().unwrap();
+    let geom = conv.geometry().unwrap();
+    let (_, _, x, w) = inputs(gpu, &conv, 17);
+    let y = gpu.alloc::<f32>(geom.y_len).unwrap();
+    (conv, x, w, y)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_host_that_sleeps_before_each_launch_reads_the_same_gpu_time() {
+    let gpu = gpu();
+    let (conv, x, w, mut y) = timed_layer(&gpu);
+    let mut queue = GpuQueue::new(&gpu, gpu.stream()).unwrap();
+    let mut run = |sleep: bool, gated: bool, queue: &mut GpuQueue| {
+        let mut launch = |_: &mut GpuQueue, _| {
+            if sleep {
+                std::thread::sleep(Duration::from_micros(300));
+            }
+            direct::forward(&gpu, gpu.stream(), &conv, &x, &w, &mut y)
+        };
+        let ms = time_round(queue, gated, 0, 40, &mut launch).unwrap().expect("the gate held");
+        Samples { ms, host_free: gated }.median()
+    };
+    run(false, true, &mut queue); // warm-up
+    let plain = run(false, true, &mut queue);
+    let sleepy = run(true, true, &mut queue);
+    let ungated = run(true, false, &mut queue);
+    assert!((sleepy - plain).abs() <= 0.1 * plain, "gated: {plain} ms without sleeps, {sleepy} ms with");
+    assert!(ungated > plain + 0.2, "without the gate the 0.3 ms sleeps should show: {ungated} ms vs {plain} ms");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_gate_gives_up_on_a_host_that_never_releases_it() {
+    let gpu = gpu();
+    let (conv, x, w, mut y) = timed_layer(&gpu);
+    let mut queue = GpuQueue::new(&gpu, gpu.stream()).unwrap();
+    queue.set_timeout(Duration::from_millis(50));
+    let mut launch = |_: &mut GpuQueue, i| {
+        if i == 0 {
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        direct::forward(&gpu, gpu.stream(), &conv, &x, &w, &mut y)
+    };
+    assert!(time_round(&mut queue, true, 0, 3, &mut launch).unwrap().is_none(), "the gate should time out");
+    // The next round is clean again.
+    let mut quick = |_: &mut GpuQueue, _| direct::forward(&gpu, gpu.stream(), &conv, &x, &w, &mut y);
+    assert!(time_round(&mut queue, true, 0, 3, &mut quick).unwrap().is_some());
+    assert!(queue.drain().unwrap());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cudnn_engines_of_both_classes_compute_the_convolution() {
+    let gpu = gpu();
+    let stream = gpu.stream();
+    let mut classes = Vec::new();
+    for spec in ["n=8,c=128,h=28,k=128,r=3,pad=1,groups=32", "n=8,c=64,h=28,k=64,r=3,pad=1,groups=64"] {
+        let conv: Conv2d = spec.parse().unwrap();
+        let geom = conv.geometry().unwrap();
+        let (_, _, x, w) = inputs(&gpu, &conv, 19);
+        let truth = reference::gpu_reference(&gpu, stream, &conv, &x, &w).unwrap();
+        let engines = EngineConv::new(&gpu, stream, &conv).unwrap();
+        let (configs, failed) = engines.configs(&ALL_HEURISTICS);
+        assert!(!configs.is_empty(), "{spec}: no engine configurations ({} modes failed)", failed.len());
+        let mut workspace = gpu.alloc::<u8>(1 << 30).unwrap();
+        let mut y = gpu.alloc::<f32>(geom.y_len).unwrap();
+        let mut ran = 0;
+        for config in configs {
+            let tag = config.tag();
+            let plan = match engines.build(config) {
+                Ok(plan) if plan.workspace <= workspace.len() => plan,
+                Ok(_) => continue,
+                Err(e) if cudnn::is_unsupported(&e) => continue,
+                Err(e) => panic!("{spec}: {tag}: {e}"),
+            };
+            gpu.poison(&mut y).unwrap();
+            engines.execute(&plan, &x, &w, &mut y, &mut workspace).unwrap();
+            let bound = if plan.class() == MathClass::Exact { CUDNN_EXACT } else { CUDNN_FAST };
+            let stats = reference::compare(&gpu, stream, &y, &truth, bound).unwrap();
+            assert!(stats.passed(), "{spec}: {tag} ({}): {stats:?}", plan.config().notes());
+            classes.push(plan.class());
+            ran += 1;
+        }
+        assert!(ran > 0, "{spec}: no plan could run");
+    }
+    assert!(classes.contains(&MathClass::Exact) && classes.contains(&MathClass::Fast), "{classes:?}");
 }

@@ -5,8 +5,25 @@
 //! It is required: without it this test fails rather than skip.
 
 use convkit::ptx::PTX_MODULES;
-use kernels_gpu::direct::{DIRECT_FWD_VARIANTS, DirectFwdParams};
+use kernels_gpu::{
+    conv::direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
+    random::{FILL_KERNEL, FillParams},
+    timing::{GATE_KERNEL, GateParams},
+    verify::{COMPARE_KERNEL, CompareParams, REFERENCE_KERNEL, RefConvParams},
+};
 use std::{collections::BTreeMap, path::PathBuf, process::Command};
+
+/// Every entry point the host launches, with the size of the one struct it takes.
+fn kernels() -> Vec<(&'static str, usize)> {
+    let mut all: Vec<_> = DIRECT_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DirectFwdParams>())).collect();
+    all.extend([
+        (REFERENCE_KERNEL, size_of::<RefConvParams>()),
+        (COMPARE_KERNEL, size_of::<CompareParams>()),
+        (FILL_KERNEL, size_of::<FillParams>()),
+        (GATE_KERNEL, size_of::<GateParams>()),
+    ]);
+    all
+}
 
 fn ptxas() -> PathBuf {
     if let Some(p) = std::env::var_os("PTXAS") {
@@ -61,12 +78,11 @@ fn assemble(cc: u32, ptx: &str) -> BTreeMap<String, (u32, u32, u32, u32)> {
 #[test]
 fn every_module_assembles_without_spills() {
     assert!(!PTX_MODULES.is_empty());
-    let expected: Vec<&str> = DIRECT_FWD_VARIANTS.iter().map(|t| t.name).collect();
+    let mut want: Vec<&str> = kernels().into_iter().map(|(name, _)| name).collect();
+    want.sort();
     for (cc, ptx) in PTX_MODULES {
         let entries = assemble(*cc, ptx);
         let names: Vec<&str> = entries.keys().map(String::as_str).collect();
-        let mut want = expected.clone();
-        want.sort();
         assert_eq!(names, want, "sm_{cc}: entry points");
         for (name, (regs, stack, spill_st, spill_ld)) in &entries {
             println!("sm_{cc} {name}: {regs} registers, {stack} B stack, spills {spill_st}/{spill_ld} B");
@@ -78,11 +94,10 @@ fn every_module_assembles_without_spills() {
 
 #[test]
 fn kernel_parameters_match_the_host_struct() {
-    let size = size_of::<DirectFwdParams>();
     for (cc, ptx) in PTX_MODULES {
-        for tile in DIRECT_FWD_VARIANTS {
-            let decl = format!(".param .align 8 .b8 {}_param_0[{size}]", tile.name);
-            assert!(ptx.contains(&decl), "sm_{cc}: {} does not take one {size}-byte parameter struct", tile.name);
+        for (name, size) in kernels() {
+            let decl = format!(".param .align 8 .b8 {name}_param_0[{size}]");
+            assert!(ptx.contains(&decl), "sm_{cc}: {name} does not take one {size}-byte parameter struct");
         }
     }
 }

@@ -1,17 +1,26 @@
-//! The CPU reference against the plainest possible loop nest.
+//! The f64 references: the CPU one against the plainest possible loop nest, and the GPU
+//! kernel's per-output function (run here on the CPU) against the CPU one, bit for bit.
 
-use convkit::{Conv2d, check, reference};
+use convkit::{
+    Conv2d,
+    harness::{
+        check,
+        reference::{self, Reference},
+    },
+};
+use kernels_gpu::random::mix;
 
 /// Seven nested loops straight from the definition, one output at a time.
-fn naive(conv: &Conv2d, x: &[f32], w: &[f32]) -> Vec<f64> {
+fn naive(conv: &Conv2d, x: &[f32], w: &[f32]) -> Reference {
     let g = conv.geometry().unwrap();
-    let mut y = vec![0.0; g.y_len];
+    let mut value = vec![0.0; g.y_len];
+    let mut magnitude = vec![0.0; g.y_len];
     for n in 0..conv.n {
         for k in 0..conv.k {
             let group = k / g.k_per_group;
             for oh in 0..g.out_h {
                 for ow in 0..g.out_w {
-                    let mut sum = 0.0f64;
+                    let (mut sum, mut abs) = (0.0f64, 0.0f64);
                     for cg in 0..g.c_per_group {
                         let c = group * g.c_per_group + cg;
                         for r in 0..conv.r {
@@ -24,34 +33,64 @@ fn naive(conv: &Conv2d, x: &[f32], w: &[f32]) -> Vec<f64> {
                                 let xv = x[((n * conv.c + c) * conv.h + ih as usize) * conv.w + iw as usize];
                                 let wv = w[((k * g.c_per_group + cg) * conv.r + r) * conv.s + s];
                                 sum += xv as f64 * wv as f64;
+                                abs += (xv as f64 * wv as f64).abs();
                             }
                         }
                     }
-                    y[((n * conv.k + k) * g.out_h + oh) * g.out_w + ow] = sum;
+                    let at = ((n * conv.k + k) * g.out_h + oh) * g.out_w + ow;
+                    (value[at], magnitude[at]) = (sum, abs);
                 }
             }
         }
     }
-    y
+    Reference { value, magnitude }
+}
+
+/// Random cases of every category, small enough for the naive loop.
+fn small_cases(count: usize) -> impl Iterator<Item = (check::Case, Vec<f32>, Vec<f32>)> {
+    let mut rng = check::rng(3);
+    (0..count).map(move |i| {
+        let mut case = check::random_case(&mut rng, i);
+        let conv = &mut case.conv;
+        conv.n = conv.n.min(2);
+        (conv.h, conv.w) = (conv.h.min(48), conv.w.min(48));
+        conv.h = conv.h.max(conv.dilation[0] * (conv.r - 1) + 1);
+        conv.w = conv.w.max(conv.dilation[1] * (conv.s - 1) + 1);
+        let g = conv.geometry().unwrap();
+        let mut x = reference::host_uniform(mix(i as u64, 1), g.x_len);
+        let w = reference::host_uniform(mix(i as u64, 2), g.w_len);
+        if case.nonfinite {
+            for (j, v) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY].into_iter().enumerate() {
+                x[(j * 7919) % g.x_len] = v;
+            }
+        }
+        (case, x, w)
+    })
+}
+
+fn same_bits(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits() || p.is_nan() && q.is_nan())
 }
 
 #[test]
 fn matches_the_naive_loop_on_random_shapes() {
-    let mut rng = check::rng(3);
-    for i in 0..120 {
-        let mut conv = check::random_case(&mut rng, i);
-        // Keep the naive loop quick: the category's features, small extents.
-        conv.n = conv.n.min(2);
-        if conv.name.as_deref().is_some_and(|n| n.starts_with("z-split")) {
-            conv.n = 2;
-        }
-        let g = conv.geometry().unwrap();
-        let x = check::random_values(&mut rng, g.x_len);
-        let w = check::random_values(&mut rng, g.w_len);
-        let got = reference::conv2d_forward(&conv, &x, &w).unwrap();
-        let want = naive(&conv, &x, &w);
-        let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-        assert!(err < 1e-9, "{conv}: max abs difference {err}");
+    for (case, x, w) in small_cases(140) {
+        let got = reference::cpu_reference(&case.conv, &x, &w).unwrap();
+        let want = naive(&case.conv, &x, &w);
+        assert!(same_bits(&got.value, &want.value), "{}: values differ", case.conv);
+        assert!(same_bits(&got.magnitude, &want.magnitude), "{}: magnitudes differ", case.conv);
+    }
+}
+
+#[test]
+fn the_gpu_kernels_per_output_function_agrees_to_the_bit() {
+    for (case, x, w) in small_cases(140) {
+        let p = reference::reference_params(&case.conv).unwrap();
+        let cpu = reference::cpu_reference(&case.conv, &x, &w).unwrap();
+        let (value, magnitude): (Vec<f64>, Vec<f64>) =
+            (0..p.output_len()).map(|i| p.output(i, |j| x[j as usize], |j| w[j as usize])).unzip();
+        assert!(same_bits(&value, &cpu.value), "{}: values differ", case.conv);
+        assert!(same_bits(&magnitude, &cpu.magnitude), "{}: magnitudes differ", case.conv);
     }
 }
 
@@ -60,17 +99,36 @@ fn a_hand_computed_case() {
     // 1x1x3x3 input 1..9, 2x2 filter of ones, stride 1, no padding: sums of 2x2 windows.
     let conv: Conv2d = "c=1,h=3,r=2".parse().unwrap();
     let x: Vec<f32> = (1..=9).map(|v| v as f32).collect();
-    let y = reference::conv2d_forward(&conv, &x, &[1.0; 4]).unwrap();
-    assert_eq!(y, vec![12.0, 16.0, 24.0, 28.0]);
-    // Padding 1 with stride 2 samples the corners' windows.
+    let y = reference::cpu_reference(&conv, &x, &[1.0; 4]).unwrap();
+    assert_eq!(y.value, vec![12.0, 16.0, 24.0, 28.0]);
+    // Padding 1 with stride 2 samples the corners' windows; a negative weight shows in the
+    // value but not in the magnitude.
     let conv: Conv2d = "c=1,h=3,r=2,pad=1,stride=2".parse().unwrap();
-    let y = reference::conv2d_forward(&conv, &x, &[1.0; 4]).unwrap();
-    assert_eq!(y, vec![1.0, 5.0, 11.0, 28.0]);
+    let y = reference::cpu_reference(&conv, &x, &[1.0, 1.0, 1.0, -1.0]).unwrap();
+    assert_eq!(y.value, vec![-1.0, -1.0, -3.0, 10.0]);
+    assert_eq!(y.magnitude, vec![1.0, 5.0, 11.0, 28.0]);
 }
 
 #[test]
-fn rel_error_flags_nan_and_measures_norms() {
-    assert_eq!(check::rel_error(&[1.0, f32::NAN], &[1.0, 2.0]), f64::INFINITY);
-    let e = check::rel_error(&[3.0, 4.0], &[3.0, 4.5]);
-    assert!((e - 0.5 / (3.0f64 * 3.0 + 4.5 * 4.5).sqrt()).abs() < 1e-12);
+fn padding_contributes_nothing_not_zero_times_the_weight() {
+    // An infinite weight over padding would give 0 * inf = NaN if padding were multiplied.
+    let conv: Conv2d = "c=1,h=3,r=3,pad=1".parse().unwrap();
+    let y = reference::cpu_reference(&conv, &[1.0; 9], &[f32::INFINITY; 9]).unwrap();
+    assert!(y.value.iter().all(|v| *v == f64::INFINITY), "{:?}", y.value);
+    let p = reference::reference_params(&conv).unwrap();
+    assert!((0..9).all(|i| p.output(i, |_| 1.0, |_| f32::INFINITY).0 == f64::INFINITY));
+}
+
+#[test]
+fn nonfinite_inputs_propagate() {
+    let conv: Conv2d = "c=1,h=3,r=3,pad=1".parse().unwrap();
+    let mut x = [1.0f32; 9];
+    x[0] = f32::NAN;
+    x[8] = f32::NEG_INFINITY;
+    let y = reference::cpu_reference(&conv, &x, &[1.0; 9]).unwrap();
+    // Output (0,0) sees x[0] (NaN) only; (2,2) sees x[8] (-inf) only; (1,1) sees both.
+    assert!(y.value[0].is_nan());
+    assert_eq!(y.value[8], f64::NEG_INFINITY);
+    assert!(y.value[4].is_nan());
+    assert_eq!(y.value[2], 4.0);
 }

@@ -1,15 +1,21 @@
-//! The `convkit` command: `check` against cuDNN, `bench` against cuDNN, `info`.
+//! The `convkit` command: `check` and `bench` against cuDNN, `info`.
 
 use clap::{Args, Parser, Subcommand};
 use convkit::{
     Conv2d, Error, Gpu,
-    bench::{self, BenchOptions, BenchRow},
-    check::{self, CaseResult},
-    cudnn, direct,
-    shape::{self, SHAPE_SYNTAX},
+    conv::cudnn::{MathClass, engines::ALL_HEURISTICS},
+    direct,
+    harness::{
+        bench::{Bench, BenchOptions, Candidate, LayerResult, Source},
+        check::{self, Case, CaseResult, Checker},
+        report::RunInfo,
+        suites::{self, SUITES},
+        timing::Schedule,
+    },
+    problem::SHAPE_SYNTAX,
 };
 use indicatif::{ProgressBar, ProgressStyle};
-use kernels_gpu::direct::DirectTile;
+use kernels_gpu::{conv::direct::DirectTile, random::mix};
 use std::{collections::BTreeMap, path::PathBuf, process::ExitCode, time::SystemTime};
 
 #[derive(Parser)]
@@ -24,9 +30,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Compare our kernels with cuDNN (and the CPU reference on small shapes); exits 1 on any failure.
+    /// Check every kernel variant against the f64 reference and cuDNN; exits 1 on any failure.
     Check(CheckArgs),
-    /// Time our kernels against cuDNN's fastest algorithm.
+    /// Time our kernel against cuDNN's best exact and best fast (TF32) implementations.
     Bench(BenchArgs),
     /// Print the device, driver, cuDNN and kernel variants this build would use.
     Info,
@@ -37,7 +43,7 @@ struct Layers {
     /// A layer to run (repeatable); see the shape syntax below.
     #[arg(long = "shape", value_name = "SPEC", value_parser = parse_shape)]
     shapes: Vec<Conv2d>,
-    /// A built-in suite (default, smoke) or a file with one shape per line.
+    /// A built-in suite (default, smoke, large) or a file with one shape per line.
     #[arg(long, value_name = "NAME|FILE")]
     suite: Option<String>,
 }
@@ -45,7 +51,7 @@ struct Layers {
 impl Layers {
     fn resolve(&self) -> Result<Option<Vec<Conv2d>>, Error> {
         let mut layers = match &self.suite {
-            Some(name) => shape::load_suite(name)?,
+            Some(name) => suites::load_suite(name)?,
             None => Vec::new(),
         };
         layers.extend(self.shapes.iter().cloned());
@@ -55,15 +61,21 @@ impl Layers {
 
 #[derive(Args)]
 struct CheckArgs {
-    /// Random shapes to check when no --shape or --suite is given.
+    /// Random shapes to check when no --shape, --suite or --large is given.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
     cases: u64,
+    /// The `large` suite: realistic sizes up to the validated index limits (needs ~60 GB of GPU memory).
+    #[arg(long, conflicts_with_all = ["shapes", "suite"])]
+    large: bool,
     /// Seed of the random shapes and inputs (default: from the clock, printed).
     #[arg(long)]
     seed: Option<u64>,
-    /// Also run the CPU reference on shapes of at most this many FLOPs.
+    /// Also run the CPU reference (and compare it with the GPU's) on shapes of at most this many FLOPs.
     #[arg(long, default_value_t = 5e7)]
     cpu_max_flops: f64,
+    /// Workspace offered to cuDNN, in MiB.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    workspace_mib: u64,
     /// Print every case, not only failures.
     #[arg(long, short)]
     verbose: bool,
@@ -75,24 +87,39 @@ struct CheckArgs {
 struct BenchArgs {
     #[command(flatten)]
     layers: Layers,
-    /// Timed repetitions per implementation (median reported; at least 20).
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(20..))]
+    /// Timed launches of each implementation per round.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=200))]
     reps: u64,
-    /// Untimed warm-up launches.
-    #[arg(long, default_value_t = 5)]
+    /// Interleaved rounds (the median is over rounds x reps launches).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
+    /// Untimed launches of each implementation first.
+    #[arg(long, default_value_t = 3)]
     warmup: usize,
-    /// Seed of the random inputs (default: from the clock).
+    /// Host-free launches per cuDNN candidate when screening.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    screen_reps: u64,
+    /// cuDNN candidates of each class timed in the rounds beside ours.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    finalists: u64,
+    /// Run the whole suite this many times and report the spread of each ratio.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    repeat: u64,
+    /// Seed of the random inputs (default: from the clock, printed).
     #[arg(long)]
     seed: Option<u64>,
-    /// Workspace offered to cuDNN, in MiB.
+    /// Workspace limit for cuDNN, in MiB.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
     workspace_mib: u64,
-    /// Also write the results as JSON.
+    /// Also write the run's header and every measurement as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Time this direct-kernel variant (see `convkit info`) instead of the heuristic's choice.
     #[arg(long, value_name = "NAME", value_parser = parse_tile)]
     tile: Option<DirectTile>,
+    /// Print every candidate of every layer.
+    #[arg(long, short)]
+    verbose: bool,
 }
 
 fn parse_tile(name: &str) -> Result<DirectTile, String> {
@@ -132,36 +159,26 @@ fn clock_seed() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-fn progress(len: usize) -> ProgressBar {
+fn progress(len: usize, prefix: &'static str) -> ProgressBar {
     let bar = ProgressBar::new(len as u64);
     bar.set_style(
         ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {elapsed_precise} {msg}")
             .expect("static template")
             .progress_chars("=> "),
     );
+    bar.set_prefix(prefix);
     bar
-}
-
-fn device_line(gpu: &Gpu) -> Result<String, Error> {
-    let driver = gpu.driver_version()?;
-    let cudnn =
-        cudnn::version().map_or("not found".to_owned(), |v| format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100));
-    Ok(format!(
-        "{} (sm_{}, {} SMs, PTX sm_{}), CUDA driver {}.{}, cuDNN {cudnn}",
-        gpu.name()?,
-        gpu.arch(),
-        gpu.sm_count(),
-        gpu.ptx_arch(),
-        driver / 1000,
-        driver % 1000 / 10
-    ))
 }
 
 fn run_info(device: usize) -> Result<ExitCode, Error> {
     let gpu = Gpu::new(device)?;
-    println!("{}", device_line(&gpu)?);
+    for line in RunInfo::collect(&gpu, 0)?.header().into_iter().skip(2) {
+        println!("{line}");
+    }
     let names: Vec<_> = direct::variants().iter().map(|t| t.name).collect();
     println!("direct kernels: {}", names.join(", "));
+    let suites: Vec<_> = SUITES.iter().map(|(n, _)| *n).collect();
+    println!("built-in suites: {}", suites.join(", "));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -169,19 +186,22 @@ fn run_check(device: usize, args: &CheckArgs) -> Result<ExitCode, Error> {
     let gpu = Gpu::new(device)?;
     let seed = args.seed.unwrap_or_else(clock_seed);
     let mut rng = check::rng(seed);
-    let layers = match args.layers.resolve()? {
-        Some(layers) => layers,
-        None => (0..args.cases as usize).map(|i| check::random_case(&mut rng, i)).collect(),
+    let cases: Vec<Case> = if args.large {
+        suites::load_suite("large")?.into_iter().map(Case::new).collect()
+    } else {
+        match args.layers.resolve()? {
+            Some(layers) => layers.into_iter().map(Case::new).collect(),
+            None => (0..args.cases as usize).map(|i| check::random_case(&mut rng, i)).collect(),
+        }
     };
-    println!("{}", device_line(&gpu)?);
-    println!("checking {} shapes, seed {seed}", layers.len());
-    let mut workspace = gpu.alloc::<u8>(256 << 20)?;
-    let bar = progress(layers.len());
-    bar.set_prefix("check");
+    let mut info = RunInfo::collect(&gpu, seed)?;
+    let workspace = (args.workspace_mib as usize).saturating_mul(1 << 20);
+    let mut checker = Checker::new(&gpu, workspace, args.cpu_max_flops)?;
+    let bar = progress(cases.len(), "check");
     let mut results: Vec<CaseResult> = Vec::new();
-    for conv in &layers {
-        bar.set_message(conv.label());
-        let result = check::check_case(&gpu, conv, &mut rng, args.cpu_max_flops, &mut workspace)?;
+    for (i, case) in cases.iter().enumerate() {
+        bar.set_message(case.conv.label());
+        let result = checker.check(case, mix(seed, i as u64))?;
         if args.verbose || !result.passed() {
             bar.suspend(|| print_case(&result));
         }
@@ -189,116 +209,245 @@ fn run_check(device: usize, args: &CheckArgs) -> Result<ExitCode, Error> {
         bar.inc(1);
     }
     bar.finish_and_clear();
-
-    // Summary by category: the label's part before '#', else the whole label.
-    let mut by_kind: BTreeMap<String, (usize, usize, f64, f64)> = BTreeMap::new();
-    for r in &results {
-        let label = r.conv.label();
-        let kind = label.split('#').next().unwrap_or(&label).to_owned();
-        let row = by_kind.entry(kind).or_insert((0, 0, 0.0, f64::NAN));
-        row.0 += 1;
-        row.1 += r.passed() as usize;
-        row.2 = row.2.max(r.err_cudnn);
-        if let Some(e) = r.err_cpu {
-            row.3 = if row.3.is_nan() { e } else { row.3.max(e) };
-        }
+    info.finish();
+    for line in info.header() {
+        println!("{line}");
     }
-    println!("\n| kind | cases | passed | max err vs cuDNN | max err vs CPU |");
-    println!("| --- | ---: | ---: | ---: | ---: |");
-    for (kind, (cases, passed, e_gpu, e_cpu)) in &by_kind {
-        let cpu = if e_cpu.is_nan() { "-".to_owned() } else { format!("{e_cpu:.2e}") };
-        println!("| {kind} | {cases} | {passed} | {e_gpu:.2e} | {cpu} |");
+
+    #[derive(Default)]
+    struct Row {
+        cases: usize,
+        variants: usize,
+        passed: usize,
+        worst: f64,
+        cudnn_worst: f64,
+        cudnn_unsupported: usize,
+        cpu_checked: usize,
+    }
+    let mut by_kind: BTreeMap<String, Row> = BTreeMap::new();
+    for r in &results {
+        let row = by_kind.entry(r.case.kind.clone()).or_default();
+        row.cases += 1;
+        row.variants += r.variants.len();
+        row.passed += r.passed() as usize;
+        row.worst = row.worst.max(r.worst_ratio());
+        if let Some(c) = &r.cudnn {
+            match &c.outcome {
+                Ok(stats) => row.cudnn_worst = row.cudnn_worst.max(stats.worst_ratio()),
+                Err(_) => row.cudnn_unsupported += c.unsupported as usize,
+            }
+        }
+        row.cpu_checked += r.gpu_reference_exact.is_some() as usize;
+    }
+    println!(
+        "\n| kind | cases | variants run | passed | worst err / bound | cuDNN worst err / its bound | cuDNN unsupported | CPU-checked |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (kind, row) in &by_kind {
+        println!(
+            "| {kind} | {} | {} | {} | {:.3} | {:.3} | {} | {} |",
+            row.cases, row.variants, row.passed, row.worst, row.cudnn_worst, row.cudnn_unsupported, row.cpu_checked
+        );
     }
     let failed = results.iter().filter(|r| !r.passed()).count();
-    let cpu_checked = results.iter().filter(|r| r.err_cpu.is_some()).count();
+    let variants: usize = results.iter().map(|r| r.variants.len()).sum();
+    let cpu_checked = results.iter().filter(|r| r.gpu_reference_exact.is_some()).count();
     println!(
-        "\ncheck: {} passed, {failed} failed ({cpu_checked} also against the CPU reference; tolerances {:.0e} vs cuDNN FMA math, {:.0e} vs CPU f64)",
+        "\ncheck: {} passed, {failed} failed ({variants} kernel runs; the GPU reference matched the CPU reference bit for bit on {cpu_checked} cases)",
         results.len() - failed,
-        check::TOL_CUDNN,
-        check::TOL_CPU
+    );
+    println!(
+        "bound per output: |ours - ref| <= 2^-23 (8 + sqrt(taps)) * sum|x*w| + 2^-126 (ours); cuDNN: {:.0e} * sum|x*w| + {:.0e}",
+        check::CUDNN_EXACT.tol,
+        check::CUDNN_EXACT.floor
     );
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 fn print_case(r: &CaseResult) {
-    let cpu = r.err_cpu.map_or("-".to_owned(), |e| format!("{e:.2e}"));
     let verdict = if r.passed() { "ok  " } else { "FAIL" };
-    println!("{verdict} {} tile={} cudnn={} err_cudnn={:.2e} err_cpu={cpu}", r.conv, r.tile, r.cudnn_algo, r.err_cudnn);
+    println!("{verdict} {}{}", r.case.conv, if r.case.nonfinite { " (NaN/Inf inputs)" } else { "" });
+    for v in &r.variants {
+        let s = &v.stats;
+        let first = if s.passed() { String::new() } else { format!(", first at output {}", s.first_violation) };
+        println!(
+            "     {:<24} worst err/bound {:.3}, {} outputs beyond{first}, rel L2 {:.1e}",
+            v.tile,
+            s.worst_ratio(),
+            s.violations,
+            s.rel_l2()
+        );
+    }
+    if let Some(c) = &r.cudnn {
+        match &c.outcome {
+            Ok(s) => println!(
+                "     cuDNN {:<18} worst err/bound {:.3}, {} outputs beyond",
+                c.algo,
+                s.worst_ratio(),
+                s.violations
+            ),
+            Err(e) => println!("     cuDNN: {e}{}", if c.unsupported { " (unsupported, not a failure)" } else { "" }),
+        }
+    }
+    if r.gpu_reference_exact == Some(false) {
+        println!("     the GPU reference differs from the CPU reference");
+    }
 }
 
 fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
     let gpu = Gpu::new(device)?;
     let layers = match args.layers.resolve()? {
         Some(layers) => layers,
-        None => shape::load_suite("default")?,
+        None => suites::load_suite("default")?,
     };
     let opts = BenchOptions {
-        reps: args.reps as usize,
-        warmup: args.warmup,
+        schedule: Schedule { warmup: args.warmup, rounds: args.rounds as usize, reps: args.reps as usize },
+        screen_reps: args.screen_reps as usize,
+        finalists: args.finalists as usize,
+        min_working_set: 120 << 20,
         workspace_bytes: (args.workspace_mib as usize).saturating_mul(1 << 20),
         tile: args.tile,
-        ..BenchOptions::default()
+        heuristics: ALL_HEURISTICS.to_vec(),
     };
-    let mut rng = check::rng(args.seed.unwrap_or_else(clock_seed));
-    let header = device_line(&gpu)?;
-    let mut workspace = gpu.alloc::<u8>(opts.workspace_bytes)?;
-    let bar = progress(layers.len());
-    bar.set_prefix("bench");
-    let mut rows: Vec<BenchRow> = Vec::new();
-    for conv in &layers {
-        bar.set_message(conv.label());
-        rows.push(bench::bench_layer(&gpu, conv, &opts, &mut rng, &mut workspace)?);
-        bar.inc(1);
+    let seed = args.seed.unwrap_or_else(clock_seed);
+    let mut info = RunInfo::collect(&gpu, seed)?;
+    let mut bench = Bench::new(&gpu, opts.clone())?;
+    let repeats = args.repeat as usize;
+    let bar = progress(layers.len() * repeats, "bench");
+    let mut runs: Vec<Vec<LayerResult>> = Vec::new();
+    for repeat in 0..repeats {
+        let mut rows = Vec::new();
+        for (i, conv) in layers.iter().enumerate() {
+            bar.set_message(conv.label());
+            let row = bench.layer(conv, mix(seed, (repeat * layers.len() + i) as u64))?;
+            if args.verbose {
+                bar.suspend(|| print_candidates(&row));
+            }
+            rows.push(row);
+            bar.inc(1);
+        }
+        runs.push(rows);
     }
     bar.finish_and_clear();
+    info.finish();
 
     if let Some(path) = &args.json {
-        let doc = serde_json::json!({
-            "device": header,
-            "unix_time": SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-            "reps": opts.reps,
-            "rows": rows,
-        });
-        let text = serde_json::to_string_pretty(&doc).expect("bench rows serialise");
+        let doc = serde_json::json!({ "run": info, "options": opts, "repeats": runs });
+        let text = serde_json::to_string_pretty(&doc).expect("bench results serialise");
         std::fs::write(path, text).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
     }
 
-    println!("{header}");
+    for line in info.header() {
+        println!("{line}");
+    }
+    let s = opts.schedule;
     println!(
-        "median of {} runs after {} warm-up, inputs rotated over >= {} MB",
-        opts.reps,
-        opts.warmup,
+        "timing: host-free (each round queued behind a GPU-side gate, then released), {} warm-up, {} rounds x {} launches, \
+         implementations interleaved; median (p10-p90) ms; inputs rotated over >= {} MB",
+        s.warmup,
+        s.rounds,
+        s.reps,
         opts.min_working_set >> 20
     );
     println!(
-        "\n| layer | ours ms | tile | cuDNN FMA ms (algo) | cuDNN default ms (algo) | speedup | GFLOP/s | GB/s | % HBM | rel err |"
+        "cuDNN: every engine configuration of heuristic modes INSTANT, A, B and FALLBACK within {} MiB of workspace, and the \
+         legacy FindEx algorithms (FMA and DEFAULT math); each screened with {} launches, the {} fastest of each class timed",
+        opts.workspace_bytes >> 20,
+        opts.screen_reps,
+        opts.finalists
     );
-    println!("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for r in &rows {
-        let cell = |math| {
-            r.cudnn.iter().find(|t| t.math == math).map_or("-".to_owned(), |t| {
-                format!("{:.3} ({}{})", t.ms, t.algo, if t.tensor_ops { ", TF32" } else { "" })
-            })
-        };
+    println!(
+        "exact = f32 FMA math (no tensor cores, no down-conversion); fast = TF32 allowed (PyTorch's default for convolutions)"
+    );
+    let last = runs.last().expect("at least one repeat");
+    println!(
+        "\n| layer | ours ms (p10-p90) | tile | cuDNN exact ms | exact engine | cuDNN fast ms | fast engine | vs exact | vs fast | GB/s | % HBM | err/bound |"
+    );
+    println!("| --- | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    for r in last {
+        let ours = r.ours();
+        let t = ours.timing.as_ref();
+        let (exact_ms, exact_name) = best_cells(r, MathClass::Exact);
+        let (fast_ms, fast_name) = best_cells(r, MathClass::Fast);
+        let ratio = |c| r.speedup(c).map_or("-".to_owned(), |v| format!("{v:.2}x"));
         println!(
-            "| {} | {:.3} | {} | {} | {} | {:.2}x | {:.0} | {:.0} | {:.1} | {:.1e} |",
+            "| {} | {:.3} ({:.3}-{:.3}) | {} | {exact_ms} | {exact_name} | {fast_ms} | {fast_name} | {} | {} | {:.0} | {:.1} | {:.2} |",
             r.label,
-            r.ours_ms,
-            r.tile.trim_start_matches("direct_fwd_"),
-            cell(cudnn::Math::Fma),
-            cell(cudnn::Math::Default),
-            r.speedup,
-            r.gflops,
-            r.gbytes_per_s,
-            r.hbm_percent,
-            r.rel_err
+            t.map_or(f64::NAN, |t| t.p50),
+            t.map_or(f64::NAN, |t| t.p10),
+            t.map_or(f64::NAN, |t| t.p90),
+            ours.name,
+            ratio(MathClass::Exact),
+            ratio(MathClass::Fast),
+            r.gbytes_per_s(),
+            r.hbm_percent(),
+            ours.worst_ratio
         );
     }
-    let bad: Vec<_> = rows.iter().filter(|r| !r.matches_cudnn()).map(|r| r.label.as_str()).collect();
+    if repeats > 1 {
+        println!("\nspread over {repeats} runs of the suite (fresh inputs each): min / median / max of each ratio");
+        println!("| layer | vs exact | vs fast |");
+        println!("| --- | ---: | ---: |");
+        for (i, r) in last.iter().enumerate() {
+            let spread = |class| {
+                let mut v: Vec<f64> = runs.iter().filter_map(|run| run[i].speedup(class)).collect();
+                v.sort_by(f64::total_cmp);
+                if v.is_empty() {
+                    "-".to_owned()
+                } else {
+                    format!("{:.2} / {:.2} / {:.2}", v[0], v[v.len() / 2], v[v.len() - 1])
+                }
+            };
+            println!("| {} | {} | {} |", r.label, spread(MathClass::Exact), spread(MathClass::Fast));
+        }
+    }
+    let bad: Vec<_> = runs.iter().flatten().filter(|r| !r.ours_correct()).map(|r| r.label.as_str()).collect();
     if bad.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
-        eprintln!("convkit: bench outputs differ from cuDNN on: {}", bad.join(", "));
+        eprintln!("convkit: our output exceeded its error bound on: {}", bad.join(", "));
         Ok(ExitCode::FAILURE)
+    }
+}
+
+/// The time and name of cuDNN's best in `class`, as table cells.
+fn best_cells(r: &LayerResult, class: MathClass) -> (String, String) {
+    match r.best(class) {
+        Some(c) => {
+            let t = c.timing.as_ref().expect("a best candidate was timed");
+            let host = if t.host_free { "" } else { " (host in timing)" };
+            (format!("{:.3}", t.p50), format!("{}{host}", display_name(c)))
+        }
+        None => ("-".into(), "none ran".into()),
+    }
+}
+
+fn display_name(c: &Candidate) -> String {
+    match c.source {
+        Source::CudnnLegacy => format!("{} (legacy)", c.name),
+        _ => c.name.clone(),
+    }
+}
+
+fn print_candidates(r: &LayerResult) {
+    println!(
+        "{}: {} engine configurations, {} plans built, setup {:.1} s, timing {:.1} s",
+        r.label, r.engine_configs, r.engine_plans, r.setup_s, r.timing_s
+    );
+    for c in &r.candidates {
+        let timed = c.timing.as_ref().map_or("-".to_owned(), |t| format!("{:.4}", t.p50));
+        let screened = c.screen_ms.map_or("-".to_owned(), |ms| format!("{ms:.4}"));
+        println!(
+            "  {:<44} {:<5} {:<28} ws {:>5} MiB  screen {screened:>8}  timed {timed:>8}  rel L2 {:.1e}{}",
+            display_name(c),
+            c.class.name(),
+            c.notes,
+            c.workspace >> 20,
+            c.rel_l2,
+            c.excluded.as_ref().map_or(String::new(), |e| format!("  [{e}]"))
+        );
+    }
+    for s in &r.skipped {
+        println!("  skipped: {s}");
     }
 }

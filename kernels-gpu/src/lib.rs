@@ -5,6 +5,10 @@
 //! lives here once: the `#[repr(C)]` kernel parameter structs, the magic divider and the
 //! index/tile math. Device-only items (entry points, the prelude, the panic handler) sit
 //! behind `cfg(target_arch = "nvptx64")`.
+//!
+//! - [`conv`]: the convolution kernel families ([`conv::direct`]).
+//! - [`verify`], [`random`], [`timing`]: the f64 reference and error bound, the random
+//!   fill and the timing gate that `convkit check` and `convkit bench` run on the GPU.
 #![no_std]
 #![cfg_attr(
     target_arch = "nvptx64",
@@ -12,8 +16,12 @@
     allow(internal_features)
 )]
 
-pub mod direct;
+pub mod conv;
+pub mod geometry;
 pub mod magic;
+pub mod random;
+pub mod timing;
+pub mod verify;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod prelude;

@@ -110,3 +110,67 @@ pub fn mul_hi_u32(a: u32, b: u32) -> u32 {
     };
     r
 }
+
+#[inline(always)]
+pub fn grid_dim_x() -> u32 {
+    unsafe { nvptx::_grid_dim_x() as u32 }
+}
+
+/// The first thread index of a grid-stride loop and its stride, in 64 bits.
+#[inline(always)]
+pub fn grid_stride() -> (u64, u64) {
+    let threads = block_dim_x() as u64;
+    (block_idx_x() as u64 * threads + thread_idx_x() as u64, grid_dim_x() as u64 * threads)
+}
+
+/// The GPU's global nanosecond timer (`%globaltimer`).
+#[inline(always)]
+pub fn global_timer_ns() -> u64 {
+    let t: u64;
+    unsafe { asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack)) };
+    t
+}
+
+/// Suspends the thread for about `ns` nanoseconds (sm_70+).
+#[inline(always)]
+pub fn nanosleep(ns: u32) {
+    unsafe { asm!("nanosleep.u32 {ns};", ns = in(reg32) ns, options(nomem, nostack)) };
+}
+
+/// A load that sees stores of the host (mapped pinned memory) and of other devices.
+#[inline(always)]
+pub fn ld_relaxed_sys_u32(global_addr: u64) -> u32 {
+    let v: u32;
+    unsafe {
+        asm!("ld.relaxed.sys.global.u32 {v}, [{a}];", a = in(reg64) global_addr, v = out(reg32) v, options(nostack))
+    };
+    v
+}
+
+/// A store that the host (mapped pinned memory) sees.
+#[inline(always)]
+pub fn st_relaxed_sys_u32(global_addr: u64, v: u32) {
+    unsafe {
+        asm!("st.relaxed.sys.global.u32 [{a}], {v};", a = in(reg64) global_addr, v = in(reg32) v, options(nostack))
+    };
+}
+
+#[inline(always)]
+pub fn atomic_add_u64(global_addr: u64, v: u64) {
+    unsafe { asm!("red.global.add.u64 [{a}], {v};", a = in(reg64) global_addr, v = in(reg64) v, options(nostack)) };
+}
+
+#[inline(always)]
+pub fn atomic_max_u64(global_addr: u64, v: u64) {
+    unsafe { asm!("red.global.max.u64 [{a}], {v};", a = in(reg64) global_addr, v = in(reg64) v, options(nostack)) };
+}
+
+#[inline(always)]
+pub fn atomic_min_u64(global_addr: u64, v: u64) {
+    unsafe { asm!("red.global.min.u64 [{a}], {v};", a = in(reg64) global_addr, v = in(reg64) v, options(nostack)) };
+}
+
+#[inline(always)]
+pub fn atomic_add_f64(global_addr: u64, v: f64) {
+    unsafe { asm!("red.global.add.f64 [{a}], {v};", a = in(reg64) global_addr, v = in(reg64) v, options(nostack)) };
+}

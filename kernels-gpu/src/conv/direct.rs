@@ -1,5 +1,5 @@
 //! Grouped direct convolution, forward, f32, NCHW: the kernel ABI, its tile math and (on the
-//! GPU) the kernels. Launched by `host/direct.rs`.
+//! GPU) the kernels. Launched by `host/conv/direct.rs`.
 //!
 //! Work split: the output pixels of all images form one flat range (`n * out_h * out_w`), so
 //! small feature maps (7x7, 14x14) still fill whole blocks. Each thread computes
@@ -172,17 +172,6 @@ impl DirectTile {
     pub const fn smem_bytes(&self, taps_per_chunk: u32) -> u32 {
         taps_per_chunk * self.k_per_thread * 4
     }
-}
-
-/// Output extent of one spatial dimension, `None` when the (dilated) filter does not fit
-/// the padded input or an argument is zero.
-pub const fn out_extent(input: u64, filter: u64, pad: u64, stride: u64, dilation: u64) -> Option<u64> {
-    if input == 0 || filter == 0 || stride == 0 || dilation == 0 {
-        return None;
-    }
-    let span = dilation * (filter - 1) + 1;
-    let padded = input + 2 * pad;
-    if padded < span { None } else { Some((padded - span) / stride + 1) }
 }
 
 macro_rules! direct_fwd_variants {

@@ -1,15 +1,21 @@
-//! Launcher of the grouped direct convolution (`kernels-gpu/src/direct.rs`).
+//! Launcher of the grouped direct convolution (`kernels-gpu/src/conv/direct.rs`).
 
-use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, error::Context, gpu::KernelArg};
-use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels_gpu::{
     MagicDiv,
-    direct::{BLOCK_THREADS, DIRECT_FWD_VARIANTS, DirectFwdParams, DirectTile, MAX_GRID_Z, TileShape},
+    conv::direct::{BLOCK_THREADS, DIRECT_FWD_VARIANTS, DirectFwdParams, DirectTile, MAX_GRID_Z, TileShape},
 };
 
 /// Every tile variant the PTX holds.
 pub fn variants() -> &'static [DirectTile] {
     DIRECT_FWD_VARIANTS
+}
+
+/// The variants that can compute `conv` (row-window tiles need unit stride and dilation
+/// along the width).
+pub fn supporting_variants(conv: &Conv2d) -> impl Iterator<Item = &'static DirectTile> + '_ {
+    DIRECT_FWD_VARIANTS.iter().filter(|t| t.supports(conv.stride[1] as u32, conv.dilation[1] as u32))
 }
 
 /// The heuristic choice: as many output channels per thread as the group has (up to 8: a
@@ -43,7 +49,7 @@ pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry, sm_count: u32) -> DirectT
 pub fn params(conv: &Conv2d, geom: &ConvGeometry, tile: &DirectTile) -> DirectFwdParams {
     // `Conv2d::geometry` has checked that every value below fits its 32-bit field.
     let u = |v: usize| v as u32;
-    let taps = u(geom.c_per_group * conv.r * conv.s);
+    let taps = u(geom.taps(conv));
     let magic = |d: u32| MagicDiv::new(d).expect("validated extents are non-zero");
     let row_groups = u(geom.out_w).div_ceil(tile.px_per_thread);
     DirectFwdParams {
@@ -83,10 +89,11 @@ pub fn grid_z(conv: &Conv2d, geom: &ConvGeometry, tile: &DirectTile) -> u64 {
     conv.groups as u64 * tile.k_tiles(geom.k_per_group as u32) as u64
 }
 
-/// `y = conv(x, w)` with the heuristic's tile. Buffers are NCHW / KCRS, f32, exactly the
-/// sizes of [`Conv2d::geometry`].
+/// `y = conv(x, w)` on `stream` with the heuristic's tile. Buffers are NCHW / KCRS, f32,
+/// exactly the sizes of [`Conv2d::geometry`], and belong to `gpu`.
 pub fn forward(
     gpu: &Gpu,
+    stream: &CudaStream,
     conv: &Conv2d,
     x: &impl DevicePtr<f32>,
     w: &impl DevicePtr<f32>,
@@ -94,12 +101,13 @@ pub fn forward(
 ) -> Result<()> {
     let geom = conv.geometry()?;
     let tile = choose_tile(conv, &geom, gpu.sm_count());
-    forward_with(gpu, conv, &tile, x, w, y)
+    forward_with(gpu, stream, conv, &tile, x, w, y)
 }
 
-/// `y = conv(x, w)` with an explicit tile variant (one of [`variants`]).
+/// `y = conv(x, w)` on `stream` with an explicit tile variant (one of [`variants`]).
 pub fn forward_with(
     gpu: &Gpu,
+    stream: &CudaStream,
     conv: &Conv2d,
     tile: &DirectTile,
     x: &impl DevicePtr<f32>,
@@ -107,38 +115,39 @@ pub fn forward_with(
     y: &mut impl DevicePtrMut<f32>,
 ) -> Result<()> {
     let geom = conv.geometry()?;
+    if !DIRECT_FWD_VARIANTS.contains(tile) {
+        return Err(Error::UnsupportedTile {
+            tile: tile.name,
+            reason: "not a kernel of this build (see direct::variants)",
+        });
+    }
     if !tile.supports(conv.stride[1] as u32, conv.dilation[1] as u32) {
         return Err(Error::UnsupportedTile { tile: tile.name, reason: "row-window tiles need stride_w = dil_w = 1" });
     }
-    for (buffer, expected, got) in [("x", geom.x_len, x.len()), ("w", geom.w_len, w.len()), ("y", geom.y_len, y.len())]
-    {
-        if expected != got {
-            return Err(Error::BufferSize { buffer, expected, got });
-        }
-    }
-    let function = gpu.direct_function(tile)?;
-    let stream = gpu.stream();
+    super::check_buffers(gpu, &geom, x, w, y)?;
     let mut p = params(conv, &geom, tile);
-    let (x_ptr, _x_sync) = x.device_ptr(stream);
-    let (w_ptr, _w_sync) = w.device_ptr(stream);
-    let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
-    (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
-
     let grid_x = tile.grid_x(conv.n as u64, geom.out_h as u64, geom.out_w as u64) as u32;
     let total_z = grid_z(conv, &geom, tile);
-    // Packed z-ranges beyond the grid's z-limit go out as further launches.
-    let mut z_base = 0u64;
-    while z_base < total_z {
-        let z = (total_z - z_base).min(MAX_GRID_Z as u64) as u32;
-        p.z_base = z_base as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (grid_x, 1, z),
-            block_dim: (BLOCK_THREADS, 1, 1),
-            shared_mem_bytes: tile.smem_bytes(p.taps_per_chunk),
-        };
-        let arg = KernelArg(p);
-        unsafe { stream.launch_builder(function).arg(&arg).launch(cfg) }.during("cuLaunchKernel(direct_fwd)")?;
-        z_base += z as u64;
-    }
-    Ok(())
+    {
+        let (x_ptr, _x_sync) = x.device_ptr(stream);
+        let (w_ptr, _w_sync) = w.device_ptr(stream);
+        let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
+        (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
+        // Packed z-ranges beyond the grid's z-limit go out as further launches.
+        let mut z_base = 0u64;
+        while z_base < total_z {
+            let z = (total_z - z_base).min(MAX_GRID_Z as u64) as u32;
+            p.z_base = z_base as u32;
+            let cfg = LaunchConfig {
+                grid_dim: (grid_x, 1, z),
+                block_dim: (BLOCK_THREADS, 1, 1),
+                shared_mem_bytes: tile.smem_bytes(p.taps_per_chunk),
+            };
+            // Safety: the buffers were checked to hold exactly the shape's extents, which
+            // `Conv2d::geometry` bounds to the kernel's 32-bit index arithmetic.
+            unsafe { gpu.launch(stream, tile.name, cfg, p) }?;
+            z_base += z as u64;
+        }
+    } // the buffers' cross-stream events are recorded here
+    gpu.check_deferred()
 }

@@ -1,20 +1,20 @@
-//! The convolution through cuDNN: the reference that `check` compares against and that
-//! `bench` times. Thin RAII wrappers over cudarc's cuDNN bindings (the safe layer has no
-//! `cudnnFindConvolutionForwardAlgorithmEx`).
+//! The convolution through cuDNN's legacy API (`cudnnConvolutionForward` and its 8
+//! algorithms, ranked by `cudnnFindConvolutionForwardAlgorithmEx`). Thin RAII wrappers over
+//! cudarc's bindings (its safe layer has no FindEx).
 
-use crate::{Conv2d, Error, Gpu, Result, error::Context};
+use super::{Handle, MathClass};
+use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, error::Context};
 use cudarc::{
     cudnn::{result, sys},
-    driver::{DevicePtr, DevicePtrMut},
+    driver::{CudaStream, DevicePtr, DevicePtrMut},
 };
-use serde::Serialize;
-use std::{ffi::c_void, fmt};
+use std::{ffi::c_void, fmt, sync::Arc};
 
 pub use sys::cudnnConvolutionFwdAlgo_t as Algo;
 
-/// cuDNN's math mode. `Fma` is plain f32 (what `check` compares with); `Default` lets
-/// cuDNN use TF32 tensor cores, which is faster and less exact.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// The math mode of a convolution descriptor. `Fma` restricts cuDNN to f32 FMA kernels;
+/// `Default` lets it use TF32 tensor cores (on Ampere and later) where it likes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Math {
     Fma,
     Default,
@@ -25,6 +25,15 @@ impl Math {
         match self {
             Math::Fma => sys::cudnnMathType_t::CUDNN_FMA_MATH,
             Math::Default => sys::cudnnMathType_t::CUDNN_DEFAULT_MATH,
+        }
+    }
+
+    /// `Default` math is in the fast class whether or not a given algorithm converts: cuDNN
+    /// does not say which of its kernels did.
+    pub fn class(self) -> MathClass {
+        match self {
+            Math::Fma => MathClass::Exact,
+            Math::Default => MathClass::Fast,
         }
     }
 }
@@ -53,23 +62,26 @@ pub fn algo_name(algo: Algo) -> &'static str {
     }
 }
 
-/// One timed algorithm from `cudnnFindConvolutionForwardAlgorithmEx`.
+/// An algorithm in a math mode, with the workspace it needs (queried once, not per call).
 #[derive(Clone, Copy, Debug)]
-pub struct AlgoPerf {
+pub struct LegacyChoice {
     pub algo: Algo,
     pub math: Math,
-    /// Whether cuDNN reports it ran with tensor-op math (TF32).
-    pub tensor_ops: bool,
-    pub time_ms: f32,
     pub workspace: usize,
+    /// FindEx's own time (one run), where the choice came from FindEx.
+    pub find_ms: Option<f32>,
+    /// Whether cuDNN reports a tensor-op math type for the run it timed.
+    pub tensor_ops: bool,
 }
 
-/// The cuDNN library version, e.g. 91400; `None` where libcudnn cannot be loaded.
-pub fn version() -> Option<usize> {
-    unsafe { sys::is_culib_present() }.then(result::get_version)
+impl LegacyChoice {
+    /// `IMPLICIT_GEMM/FMA`, as tables print it.
+    pub fn name(&self) -> String {
+        format!("{}/{}", algo_name(self.algo), self.math)
+    }
 }
 
-/// RAII owners of cuDNN's handle and descriptors.
+/// RAII owners of cuDNN's legacy descriptors.
 macro_rules! owned {
     ($name:ident, $raw:ty, $destroy:path) => {
         struct $name($raw);
@@ -80,7 +92,6 @@ macro_rules! owned {
         }
     };
 }
-owned!(Handle, sys::cudnnHandle_t, result::destroy_handle);
 owned!(TensorDesc, sys::cudnnTensorDescriptor_t, result::destroy_tensor_descriptor);
 owned!(FilterDesc, sys::cudnnFilterDescriptor_t, result::destroy_filter_descriptor);
 owned!(ConvDesc, sys::cudnnConvolutionDescriptor_t, result::destroy_convolution_descriptor);
@@ -92,9 +103,11 @@ fn successful(
     perf.iter().filter(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
 }
 
-/// One convolution problem described to cuDNN, in both math modes, on `gpu`'s stream.
-pub struct CudnnConv<'g> {
+/// One convolution problem described to cuDNN's legacy API, in both math modes, on one stream.
+pub struct LegacyConv<'g> {
     gpu: &'g Gpu,
+    stream: Arc<CudaStream>,
+    geom: ConvGeometry,
     // Field order is drop order: descriptors before the handle.
     x: TensorDesc,
     w: FilterDesc,
@@ -104,22 +117,15 @@ pub struct CudnnConv<'g> {
     handle: Handle,
 }
 
-impl<'g> CudnnConv<'g> {
-    pub fn new(gpu: &'g Gpu, conv: &Conv2d) -> Result<Self> {
-        if version().is_none() {
-            return Err(Error::LibraryNotFound {
-                lib: "libcudnn",
-                hint: "put cuDNN 9's lib directory on LD_LIBRARY_PATH (scripts/gpu-stage's run script does)",
-            });
-        }
+impl<'g> LegacyConv<'g> {
+    /// The problem `conv`, run on `stream`.
+    pub fn new(gpu: &'g Gpu, stream: &Arc<CudaStream>, conv: &Conv2d) -> Result<Self> {
         let geom = conv.geometry()?;
+        let handle = Handle::new(gpu, stream)?;
         let int = |v: usize| v as i32; // geometry() bounds every extent by i32::MAX
         let float = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
         let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
         unsafe {
-            gpu.context().bind_to_thread().during("cuCtxSetCurrent")?;
-            let handle = Handle(result::create_handle().during("cudnnCreate")?);
-            result::set_stream(handle.0, gpu.stream().cu_stream() as _).during("cudnnSetStream")?;
             let x = TensorDesc(result::create_tensor_descriptor().during("cudnnCreateTensorDescriptor")?);
             result::set_tensor4d_descriptor(x.0, nchw, float, [conv.n, conv.c, conv.h, conv.w].map(int))
                 .during("cudnnSetTensor4dDescriptor(x)")?;
@@ -147,7 +153,8 @@ impl<'g> CudnnConv<'g> {
                 result::set_convolution_math_type(d.0, math.raw()).during("cudnnSetConvolutionMathType")?;
                 Ok(d)
             };
-            Ok(CudnnConv { gpu, x, w, y, fma: conv_desc(Math::Fma)?, default: conv_desc(Math::Default)?, handle })
+            let (fma, default) = (conv_desc(Math::Fma)?, conv_desc(Math::Default)?);
+            Ok(LegacyConv { gpu, stream: stream.clone(), geom, x, w, y, fma, default, handle })
         }
     }
 
@@ -158,8 +165,8 @@ impl<'g> CudnnConv<'g> {
         }
     }
 
-    /// cuDNN's heuristic ranking (no timing), best first, with each algorithm's workspace.
-    pub fn heuristic(&self, math: Math) -> Result<Vec<(Algo, usize)>> {
+    /// cuDNN's heuristic ranking (no timing), best first.
+    pub fn heuristic(&self, math: Math) -> Result<Vec<LegacyChoice>> {
         let mut perf = [unsafe { std::mem::zeroed::<sys::cudnnConvolutionFwdAlgoPerf_t>() }; 8];
         let mut count = 0;
         unsafe {
@@ -175,11 +182,11 @@ impl<'g> CudnnConv<'g> {
             )
         }
         .during("cudnnGetConvolutionForwardAlgorithm_v7")?;
-        Ok(successful(&perf[..count as usize]).map(|p| (p.algo, p.memory)).collect())
+        Ok(successful(&perf[..count as usize]).map(|p| choice(p, math, None)).collect())
     }
 
     /// Times every algorithm that fits `workspace` (`cudnnFindConvolutionForwardAlgorithmEx`,
-    /// which overwrites `y`); fastest first.
+    /// which overwrites `y`); fastest first by cuDNN's own single timing.
     pub fn find(
         &self,
         math: Math,
@@ -187,8 +194,9 @@ impl<'g> CudnnConv<'g> {
         w: &impl DevicePtr<f32>,
         y: &mut impl DevicePtrMut<f32>,
         workspace: &mut impl DevicePtrMut<u8>,
-    ) -> Result<Vec<AlgoPerf>> {
-        let stream = self.gpu.stream();
+    ) -> Result<Vec<LegacyChoice>> {
+        super::super::check_buffers(self.gpu, &self.geom, x, w, y)?;
+        let stream = &self.stream;
         let (x_ptr, _xs) = x.device_ptr(stream);
         let (w_ptr, _ws) = w.device_ptr(stream);
         let (y_ptr, _ys) = y.device_ptr_mut(stream);
@@ -215,69 +223,60 @@ impl<'g> CudnnConv<'g> {
             .result()
         }
         .during("cudnnFindConvolutionForwardAlgorithmEx")?;
-        Ok(successful(&perf[..count as usize])
-            .map(|p| AlgoPerf {
-                algo: p.algo,
-                math,
-                tensor_ops: p.mathType != sys::cudnnMathType_t::CUDNN_FMA_MATH,
-                time_ms: p.time,
-                workspace: p.memory,
-            })
-            .collect())
+        Ok(successful(&perf[..count as usize]).map(|p| choice(p, math, Some(p.time))).collect())
     }
 
-    pub fn workspace_size(&self, math: Math, algo: Algo) -> Result<usize> {
-        unsafe {
-            result::get_convolution_forward_workspace_size(
-                self.handle.0,
-                self.x.0,
-                self.w.0,
-                self.desc(math),
-                self.y.0,
-                algo,
-            )
-        }
-        .during("cudnnGetConvolutionForwardWorkspaceSize")
-    }
-
-    /// `y = conv(x, w)` with `algo`; `workspace` must hold [`CudnnConv::workspace_size`] bytes.
+    /// `y = conv(x, w)` with `choice`; `workspace` must hold `choice.workspace` bytes.
     pub fn forward(
         &self,
-        math: Math,
-        algo: Algo,
+        choice: &LegacyChoice,
         x: &impl DevicePtr<f32>,
         w: &impl DevicePtr<f32>,
         y: &mut impl DevicePtrMut<f32>,
         workspace: &mut impl DevicePtrMut<u8>,
     ) -> Result<()> {
-        let needed = self.workspace_size(math, algo)?;
-        if workspace.len() < needed {
-            return Err(Error::WorkspaceTooSmall { needed, given: workspace.len() });
+        if workspace.len() < choice.workspace {
+            return Err(Error::WorkspaceTooSmall { needed: choice.workspace, given: workspace.len() });
         }
-        let stream = self.gpu.stream();
-        let (x_ptr, _xs) = x.device_ptr(stream);
-        let (w_ptr, _ws) = w.device_ptr(stream);
-        let (y_ptr, _ys) = y.device_ptr_mut(stream);
-        let ws_len = workspace.len();
-        let (ws_ptr, _wss) = workspace.device_ptr_mut(stream);
-        let (alpha, beta) = (1.0f32, 0.0f32);
-        unsafe {
-            result::convolution_forward(
-                self.handle.0,
-                &alpha as *const f32 as *const c_void,
-                self.x.0,
-                x_ptr as *const c_void,
-                self.w.0,
-                w_ptr as *const c_void,
-                self.desc(math),
-                algo,
-                ws_ptr as *mut c_void,
-                ws_len,
-                &beta as *const f32 as *const c_void,
-                self.y.0,
-                y_ptr as *mut c_void,
-            )
+        super::super::check_buffers(self.gpu, &self.geom, x, w, y)?;
+        let stream = &self.stream;
+        {
+            let (x_ptr, _xs) = x.device_ptr(stream);
+            let (w_ptr, _ws) = w.device_ptr(stream);
+            let (y_ptr, _ys) = y.device_ptr_mut(stream);
+            let ws_len = workspace.len();
+            let (ws_ptr, _wss) = workspace.device_ptr_mut(stream);
+            let (alpha, beta) = (1.0f32, 0.0f32);
+            unsafe {
+                result::convolution_forward(
+                    self.handle.0,
+                    &alpha as *const f32 as *const c_void,
+                    self.x.0,
+                    x_ptr as *const c_void,
+                    self.w.0,
+                    w_ptr as *const c_void,
+                    self.desc(choice.math),
+                    choice.algo,
+                    ws_ptr as *mut c_void,
+                    ws_len,
+                    &beta as *const f32 as *const c_void,
+                    self.y.0,
+                    y_ptr as *mut c_void,
+                )
+            }
+            .during("cudnnConvolutionForward")?;
         }
-        .during("cudnnConvolutionForward")
+        self.gpu.check_deferred()
+    }
+}
+
+fn choice(p: &sys::cudnnConvolutionFwdAlgoPerf_t, math: Math, find_ms: Option<f32>) -> LegacyChoice {
+    use sys::cudnnMathType_t::{CUDNN_TENSOR_OP_MATH, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION};
+    LegacyChoice {
+        algo: p.algo,
+        math,
+        workspace: p.memory,
+        find_ms,
+        tensor_ops: matches!(p.mathType, CUDNN_TENSOR_OP_MATH | CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION),
     }
 }

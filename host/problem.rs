@@ -1,14 +1,13 @@
-//! Convolution shapes: the one text syntax (`n=32,c=256,h=56,w=56,k=256,r=3,s=3,pad=1,groups=32`),
-//! validation with typed errors, and the built-in layer suites.
+//! The convolution problem: its text syntax (`n=32,c=256,h=56,w=56,k=256,r=3,s=3,pad=1,groups=32`),
+//! validation with typed errors, and the sizes derived from it. Knows no algorithm.
 
 use crate::{Error, Result};
-use kernels_gpu::direct::out_extent;
-use serde::Serialize;
+use kernels_gpu::geometry::out_extent;
 use std::{fmt, str::FromStr};
 
 /// A 2-D forward convolution, NCHW input `[n, c, h, w]`, KCRS filter `[k, c/groups, r, s]`,
 /// NCHW output `[n, k, out_h, out_w]`. Cross-correlation, as cuDNN and PyTorch compute it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conv2d {
     /// A label for tables; not part of the math.
     pub name: Option<String>,
@@ -48,6 +47,11 @@ impl ConvGeometry {
     /// The fewest bytes a forward pass moves: every tensor read or written once.
     pub fn min_bytes(&self) -> f64 {
         4.0 * (self.x_len + self.w_len + self.y_len) as f64
+    }
+
+    /// Filter taps summed into each output: `C/G x R x S`.
+    pub fn taps(&self, conv: &Conv2d) -> usize {
+        self.c_per_group * conv.r * conv.s
     }
 }
 
@@ -269,22 +273,4 @@ pub fn parse_suite(text: &str) -> Result<Vec<Conv2d>> {
         shapes.push(conv);
     }
     Ok(shapes)
-}
-
-/// Built-in suites, by name: the files in `benches/suites/`.
-pub const SUITES: &[(&str, &str)] = &[
-    ("default", include_str!("../benches/suites/default.txt")),
-    ("smoke", include_str!("../benches/suites/smoke.txt")),
-];
-
-/// A built-in suite by name, else a suite file by path.
-pub fn load_suite(name_or_path: &str) -> Result<Vec<Conv2d>> {
-    if let Some((_, text)) = SUITES.iter().find(|(name, _)| *name == name_or_path) {
-        return parse_suite(text);
-    }
-    let text = std::fs::read_to_string(name_or_path).map_err(|e| {
-        let names: Vec<_> = SUITES.iter().map(|(n, _)| *n).collect();
-        Error::Io { path: format!("suite `{name_or_path}` (built-in suites: {})", names.join(", ")), source: e }
-    })?;
-    parse_suite(&text)
 }

@@ -1,6 +1,6 @@
-//! The shape syntax, validation and its error messages.
+//! The shape syntax, validation and its error messages, and the built-in suites.
 
-use convkit::{Conv2d, Error, shape};
+use convkit::{Conv2d, Error, harness::suites, problem};
 
 fn parse(spec: &str) -> Conv2d {
     spec.parse().unwrap_or_else(|e| panic!("`{spec}` should parse: {e}"))
@@ -75,15 +75,15 @@ fn bad_shapes_name_their_field() {
 
 #[test]
 fn suites_parse_and_report_lines() {
-    for (name, _) in shape::SUITES {
-        let layers = shape::load_suite(name).unwrap();
+    for (name, _) in suites::SUITES {
+        let layers = suites::load_suite(name).unwrap();
         assert!(!layers.is_empty(), "suite {name} is empty");
         for l in &layers {
             l.geometry().unwrap_or_else(|e| panic!("suite {name}: {l}: {e}"));
         }
     }
-    assert_eq!(shape::load_suite("default").unwrap().len(), 16);
-    let err = shape::parse_suite("# comment\nc=1,h=4,r=1\n\nc=1,h=4,r=1,bogus=2 # trailing\n").unwrap_err();
+    assert_eq!(suites::load_suite("default").unwrap().len(), 17);
+    let err = problem::parse_suite("# comment\nc=1,h=4,r=1\n\nc=1,h=4,r=1,bogus=2 # trailing\n").unwrap_err();
     assert!(err.to_string().contains("suite line 4"), "{err}");
-    assert!(matches!(shape::load_suite("/no/such/suite"), Err(Error::Io { .. })));
+    assert!(matches!(suites::load_suite("/no/such/suite"), Err(Error::Io { .. })));
 }

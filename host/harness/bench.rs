@@ -1,0 +1,461 @@
+//! `convkit bench`: our kernel against cuDNN's best in each accuracy class, timed the same
+//! way in the same run.
+//!
+//! For each layer: fresh random inputs in enough copies that one pass over them exceeds the
+//! L2 cache; the f64 reference on the GPU; the candidates (our direct kernel; every engine
+//! configuration cuDNN's heuristics propose in every mode, built within the workspace
+//! limit; the algorithms of the legacy `cudnnFindConvolutionForwardAlgorithmEx` in FMA and
+//! in DEFAULT math), each run once on poisoned outputs and compared with the reference;
+//! every cuDNN candidate screened with a few host-free launches; the fastest few of each
+//! class and ours timed in interleaved host-free rounds ([`super::timing`]).
+
+use super::{
+    check::{CUDNN_EXACT, CUDNN_FAST},
+    reference::{self, GpuReference},
+    timing::{GpuQueue, Samples, Schedule, time_interleaved, time_round},
+};
+use crate::{
+    Conv2d, Gpu, Result,
+    conv::{
+        cudnn::{
+            self, MathClass,
+            engines::{ALIGNMENT, EngineConv, EnginePlan, HeurMode},
+            legacy::{LegacyChoice, LegacyConv, Math},
+        },
+        direct,
+    },
+};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
+use kernels_gpu::{
+    conv::direct::DirectTile,
+    random::mix,
+    verify::{CompareStats, Tolerance},
+};
+use serde::Serialize;
+use std::{sync::Arc, time::Instant};
+
+/// The copy bandwidth measured on the H200 (bytes read + written), for "% of HBM".
+pub const HBM_BYTES_PER_S: f64 = 4.3e12;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchOptions {
+    pub schedule: Schedule,
+    /// Host-free launches per cuDNN candidate when screening (after one untimed launch).
+    pub screen_reps: usize,
+    /// Candidates of each class that go on to the interleaved rounds.
+    pub finalists: usize,
+    /// The rotated working set is at least this many bytes (twice the H200's 60 MB L2).
+    pub min_working_set: usize,
+    /// Workspace limit for cuDNN; configurations that need more are skipped and counted.
+    pub workspace_bytes: usize,
+    /// Time this direct-kernel variant instead of the heuristic's choice.
+    #[serde(skip)]
+    pub tile: Option<DirectTile>,
+    /// Heuristic modes of cuDNN's graph API to draw engine configurations from.
+    #[serde(skip)]
+    pub heuristics: Vec<HeurMode>,
+}
+
+/// Where an implementation comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Source {
+    Convkit,
+    CudnnEngine,
+    CudnnLegacy,
+}
+
+/// One implementation's showing on a layer.
+#[derive(Clone, Debug, Serialize)]
+pub struct Candidate {
+    pub name: String,
+    pub source: Source,
+    #[serde(serialize_with = "class_name")]
+    pub class: MathClass,
+    /// Numerical notes (engines) or the math mode (legacy).
+    pub notes: String,
+    pub workspace: usize,
+    /// Against the f64 reference, with the class's bound (ours: the strict f32 bound).
+    pub rel_l2: f64,
+    pub worst_ratio: f64,
+    pub violations: u64,
+    /// Median of the screening launches (cuDNN candidates).
+    pub screen_ms: Option<f64>,
+    pub timing: Option<Timing>,
+    /// Why it was left out, if it was.
+    pub excluded: Option<String>,
+}
+
+fn class_name<S: serde::Serializer>(class: &MathClass, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(class.name())
+}
+
+impl Candidate {
+    fn new(name: String, source: Source, class: MathClass, notes: String, workspace: usize) -> Self {
+        Candidate {
+            name,
+            source,
+            class,
+            notes,
+            workspace,
+            rel_l2: f64::NAN,
+            worst_ratio: f64::NAN,
+            violations: 0,
+            screen_ms: None,
+            timing: None,
+            excluded: None,
+        }
+    }
+
+    fn record(&mut self, stats: &CompareStats) {
+        (self.rel_l2, self.worst_ratio, self.violations) = (stats.rel_l2(), stats.worst_ratio(), stats.violations);
+    }
+}
+
+/// The interleaved rounds' result.
+#[derive(Clone, Debug, Serialize)]
+pub struct Timing {
+    pub p10: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub samples: usize,
+    pub host_free: bool,
+}
+
+impl From<&Samples> for Timing {
+    fn from(s: &Samples) -> Self {
+        Timing {
+            p10: s.quantile(0.1),
+            p50: s.median(),
+            p90: s.quantile(0.9),
+            samples: s.ms.len(),
+            host_free: s.host_free,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LayerResult {
+    pub label: String,
+    pub spec: String,
+    pub seed: u64,
+    pub tile: &'static str,
+    pub flops: f64,
+    pub min_bytes: f64,
+    pub sets: usize,
+    /// `candidates[0]` is ours.
+    pub candidates: Vec<Candidate>,
+    /// Indices of cuDNN's fastest timed candidate in each class.
+    pub best_exact: Option<usize>,
+    pub best_fast: Option<usize>,
+    /// Engine configurations proposed, built, and left out (by reason).
+    pub engine_configs: usize,
+    pub engine_plans: usize,
+    pub skipped: Vec<String>,
+    /// Seconds spent building cuDNN plans and screening, and in the final rounds.
+    pub setup_s: f64,
+    pub timing_s: f64,
+}
+
+impl LayerResult {
+    pub fn ours(&self) -> &Candidate {
+        &self.candidates[0]
+    }
+
+    pub fn ours_ms(&self) -> f64 {
+        self.ours().timing.as_ref().map_or(f64::NAN, |t| t.p50)
+    }
+
+    pub fn best(&self, class: MathClass) -> Option<&Candidate> {
+        let index = match class {
+            MathClass::Exact => self.best_exact,
+            MathClass::Fast => self.best_fast,
+        };
+        index.map(|i| &self.candidates[i])
+    }
+
+    /// cuDNN's best in `class` over ours (median times): above 1 we are faster.
+    pub fn speedup(&self, class: MathClass) -> Option<f64> {
+        let theirs = self.best(class)?.timing.as_ref()?.p50;
+        Some(theirs / self.ours_ms())
+    }
+
+    pub fn gbytes_per_s(&self) -> f64 {
+        self.min_bytes / (self.ours_ms() * 1e-3) * 1e-9
+    }
+
+    pub fn hbm_percent(&self) -> f64 {
+        self.min_bytes / (self.ours_ms() * 1e-3) / HBM_BYTES_PER_S * 100.0
+    }
+
+    pub fn gflops(&self) -> f64 {
+        self.flops / (self.ours_ms() * 1e-3) * 1e-9
+    }
+
+    /// Whether our output passed its bound.
+    pub fn ours_correct(&self) -> bool {
+        self.ours().violations == 0
+    }
+}
+
+/// Device buffers holding `sets` independent copies of x, w and y, each copy aligned for cuDNN.
+struct Arena {
+    x: CudaSlice<f32>,
+    w: CudaSlice<f32>,
+    y: CudaSlice<f32>,
+    sets: usize,
+    lens: [usize; 3],
+    strides: [usize; 3],
+}
+
+impl Arena {
+    fn new(gpu: &Gpu, stream: &CudaStream, conv: &Conv2d, seed: u64, min_bytes: usize) -> Result<Self> {
+        let g = conv.geometry()?;
+        let lens = [g.x_len, g.w_len, g.y_len];
+        // 256-byte steps: cuDNN's engines were promised 16-byte alignment (ALIGNMENT).
+        const STEP: usize = 64;
+        const { assert!((4 * STEP).is_multiple_of(ALIGNMENT)) };
+        let strides = lens.map(|l| l.next_multiple_of(STEP));
+        let set_bytes = 4 * strides.iter().sum::<usize>();
+        let sets = min_bytes.div_ceil(set_bytes).max(2);
+        let mut x = gpu.alloc::<f32>(strides[0] * sets)?;
+        let mut w = gpu.alloc::<f32>(strides[1] * sets)?;
+        let y = gpu.alloc::<f32>(strides[2] * sets)?;
+        reference::fill_uniform(gpu, stream, &mut x, mix(seed, 1))?;
+        reference::fill_uniform(gpu, stream, &mut w, mix(seed, 2))?;
+        Ok(Arena { x, w, y, sets, lens, strides })
+    }
+
+    /// Copy `set` of x, w and y.
+    fn set(&mut self, set: usize) -> (CudaView<'_, f32>, CudaView<'_, f32>, CudaViewMut<'_, f32>) {
+        let [x, w, y] = [0, 1, 2].map(|i| set * self.strides[i]..set * self.strides[i] + self.lens[i]);
+        (self.x.slice(x), self.w.slice(w), self.y.slice_mut(y))
+    }
+}
+
+/// How a candidate runs.
+enum Runner {
+    Direct(DirectTile),
+    Engine(EnginePlan),
+    Legacy(LegacyChoice),
+}
+
+/// What a candidate's launch needs.
+struct Env<'a, 'g> {
+    gpu: &'g Gpu,
+    stream: &'a Arc<CudaStream>,
+    conv: &'a Conv2d,
+    arena: Arena,
+    workspace: &'a mut CudaSlice<u8>,
+    engines: Option<EngineConv<'g>>,
+    legacy: Option<LegacyConv<'g>>,
+}
+
+impl Env<'_, '_> {
+    fn run(&mut self, runner: &Runner, launch: usize) -> Result<()> {
+        let (gpu, stream, conv) = (self.gpu, self.stream, self.conv);
+        let (x, w, mut y) = self.arena.set(launch % self.arena.sets);
+        match runner {
+            Runner::Direct(tile) => direct::forward_with(gpu, stream, conv, tile, &x, &w, &mut y),
+            Runner::Engine(plan) => {
+                let engines = self.engines.as_ref().expect("engine candidates come with their graph");
+                engines.execute(plan, &x, &w, &mut y, self.workspace)
+            }
+            Runner::Legacy(choice) => {
+                let legacy = self.legacy.as_ref().expect("legacy candidates come with their descriptors");
+                legacy.forward(choice, &x, &w, &mut y, self.workspace)
+            }
+        }
+    }
+
+    /// Runs `runner` once into poisoned outputs and compares set 0 with the reference.
+    fn validate(&mut self, runner: &Runner, truth: &GpuReference, bound: Tolerance) -> Result<CompareStats> {
+        self.gpu.poison(&mut self.arena.y)?;
+        self.run(runner, 0)?;
+        let (_, _, y0) = self.arena.set(0);
+        reference::compare(self.gpu, self.stream, &y0, truth, bound)
+    }
+}
+
+/// Benchmarks layers on one GPU and stream, reusing its workspace and timing gate.
+pub struct Bench<'g> {
+    gpu: &'g Gpu,
+    stream: Arc<CudaStream>,
+    queue: GpuQueue<'g>,
+    workspace: CudaSlice<u8>,
+    pub opts: BenchOptions,
+}
+
+impl<'g> Bench<'g> {
+    pub fn new(gpu: &'g Gpu, opts: BenchOptions) -> Result<Self> {
+        let stream = gpu.stream().clone();
+        let queue = GpuQueue::new(gpu, &stream)?;
+        let workspace = gpu.alloc::<u8>(opts.workspace_bytes.max(1))?;
+        Ok(Bench { gpu, stream, queue, workspace, opts })
+    }
+
+    /// Benchmarks one layer; `seed` draws its inputs.
+    pub fn layer(&mut self, conv: &Conv2d, seed: u64) -> Result<LayerResult> {
+        let started = Instant::now();
+        let gpu = self.gpu;
+        let geom = conv.geometry()?;
+        let mut arena = Arena::new(gpu, &self.stream, conv, seed, self.opts.min_working_set)?;
+        let truth = {
+            let (x0, w0, _) = arena.set(0);
+            reference::gpu_reference(gpu, &self.stream, conv, &x0, &w0)?
+        };
+        let tile = self.opts.tile.unwrap_or_else(|| direct::choose_tile(conv, &geom, gpu.sm_count()));
+        let mut env =
+            Env { gpu, stream: &self.stream, conv, arena, workspace: &mut self.workspace, engines: None, legacy: None };
+        let mut skipped = Vec::new();
+
+        // Ours first: it must pass the strict bound.
+        let ours_runner = Runner::Direct(tile);
+        let stats = env.validate(&ours_runner, &truth, Tolerance::f32_sum(geom.taps(conv) as u64))?;
+        let name = tile.name.trim_start_matches("direct_fwd_").to_owned();
+        let mut candidates = vec![Candidate::new(name, Source::Convkit, MathClass::Exact, "f32 FMA".into(), 0)];
+        candidates[0].record(&stats);
+        let mut runners = vec![ours_runner];
+
+        // cuDNN's graph API: every configuration of every heuristic mode.
+        let mut engine_configs = 0;
+        let mut engine_plans = 0;
+        match EngineConv::new(gpu, &self.stream, conv) {
+            Ok(graph) => {
+                let (configs, failed) = graph.configs(&self.opts.heuristics);
+                for (mode, e) in failed {
+                    skipped.push(format!("heuristic {mode:?}: {e}"));
+                }
+                engine_configs = configs.len();
+                for config in configs {
+                    let tag = config.tag();
+                    let plan = match graph.build(config) {
+                        Ok(plan) => plan,
+                        Err(e) if cudnn::is_unsupported(&e) => {
+                            skipped.push(format!("{tag}: not supported"));
+                            continue;
+                        }
+                        Err(e) => {
+                            skipped.push(format!("{tag}: {e}"));
+                            continue;
+                        }
+                    };
+                    engine_plans += 1;
+                    if plan.workspace > env.workspace.len() {
+                        skipped.push(format!("{tag}: needs {} MiB of workspace", plan.workspace >> 20));
+                        continue;
+                    }
+                    let notes = plan.config().notes();
+                    candidates.push(Candidate::new(tag, Source::CudnnEngine, plan.class(), notes, plan.workspace));
+                    runners.push(Runner::Engine(plan));
+                }
+                env.engines = Some(graph);
+            }
+            Err(e) => skipped.push(format!("cuDNN graph API: {e}")),
+        }
+
+        // The legacy API: what FindEx can run, in both math modes.
+        let legacy = LegacyConv::new(gpu, &self.stream, conv)?;
+        for math in [Math::Fma, Math::Default] {
+            let (x0, w0, mut y0) = env.arena.set(0);
+            match legacy.find(math, &x0, &w0, &mut y0, env.workspace) {
+                Ok(found) => {
+                    for choice in found {
+                        let tensor_ops = if choice.tensor_ops { ", tensor ops" } else { "" };
+                        let find_ms = choice.find_ms.map_or(String::new(), |ms| format!(", FindEx {ms:.3} ms"));
+                        let notes = format!("{math}{tensor_ops}{find_ms}");
+                        let source = Source::CudnnLegacy;
+                        candidates.push(Candidate::new(choice.name(), source, math.class(), notes, choice.workspace));
+                        runners.push(Runner::Legacy(choice));
+                    }
+                }
+                Err(e) => skipped.push(format!("FindEx in {math} math: {e}")),
+            }
+        }
+        env.legacy = Some(legacy);
+
+        // Validate every cuDNN candidate, then screen it.
+        for i in 1..runners.len() {
+            let class = candidates[i].class;
+            let bound = match class {
+                MathClass::Exact => CUDNN_EXACT,
+                MathClass::Fast => CUDNN_FAST,
+            };
+            match env.validate(&runners[i], &truth, bound) {
+                Ok(stats) => {
+                    candidates[i].record(&stats);
+                    if !stats.passed() {
+                        let why =
+                            format!("wrong output: {} elements beyond the {} bound", stats.violations, class.name());
+                        candidates[i].excluded = Some(why);
+                        continue;
+                    }
+                }
+                Err(e) => {
+                    candidates[i].excluded = Some(format!("failed to run: {e}"));
+                    continue;
+                }
+            }
+            let runner = &runners[i];
+            let mut launch = |_: &mut GpuQueue, n: usize| env.run(runner, n);
+            let screened = launch(&mut self.queue, 0)
+                .and_then(|()| time_round(&mut self.queue, true, 1, self.opts.screen_reps, &mut launch));
+            match screened {
+                Ok(Some(ms)) => candidates[i].screen_ms = Some(Samples { ms, host_free: true }.median()),
+                // A host that blocks while queued: time it without the gate, flagged.
+                Ok(None) => {
+                    let ms = time_round(&mut self.queue, false, 1, self.opts.screen_reps, &mut launch)?
+                        .expect("an ungated round cannot time out");
+                    candidates[i].screen_ms = Some(Samples { ms, host_free: false }.median());
+                }
+                Err(e) => candidates[i].excluded = Some(format!("failed to run: {e}")),
+            }
+        }
+
+        // Finalists: the fastest screened candidates of each class, and ours.
+        let mut finalists = vec![0];
+        for class in [MathClass::Exact, MathClass::Fast] {
+            let mut ranked: Vec<usize> = (1..candidates.len())
+                .filter(|&i| candidates[i].class == class && candidates[i].screen_ms.is_some())
+                .collect();
+            ranked.sort_by(|&a, &b| candidates[a].screen_ms.unwrap().total_cmp(&candidates[b].screen_ms.unwrap()));
+            finalists.extend(ranked.into_iter().take(self.opts.finalists));
+        }
+        let setup_s = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        let samples = time_interleaved(&mut self.queue, self.opts.schedule, finalists.len(), &mut |_, which, n| {
+            env.run(&runners[finalists[which]], n)
+        })?;
+        for (&i, s) in finalists.iter().zip(&samples) {
+            candidates[i].timing = Some(Timing::from(s));
+        }
+        let best = |class: MathClass| {
+            finalists[1..]
+                .iter()
+                .copied()
+                .filter(|&i| candidates[i].class == class)
+                .min_by(|&a, &b| p50(&candidates[a]).total_cmp(&p50(&candidates[b])))
+        };
+        let (best_exact, best_fast) = (best(MathClass::Exact), best(MathClass::Fast));
+        Ok(LayerResult {
+            label: conv.label(),
+            spec: conv.to_string(),
+            seed,
+            tile: tile.name,
+            flops: geom.flops(conv),
+            min_bytes: geom.min_bytes(),
+            sets: env.arena.sets,
+            candidates,
+            best_exact,
+            best_fast,
+            engine_configs,
+            engine_plans,
+            skipped,
+            setup_s,
+            timing_s: started.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+fn p50(c: &Candidate) -> f64 {
+    c.timing.as_ref().map_or(f64::INFINITY, |t| t.p50)
+}

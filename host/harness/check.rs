@@ -1,0 +1,287 @@
+//! `convkit check`: every direct-kernel variant that supports a shape, element by element
+//! against the f64 reference on the GPU (itself checked against the CPU reference on small
+//! shapes), and cuDNN against the same reference, on fresh random inputs with NaN-poisoned
+//! outputs. Some cases put NaN and ±∞ into the input: they must come out exactly where the
+//! reference has them.
+
+use super::reference::{self, GpuReference, Reference};
+use crate::{
+    Conv2d, Gpu, Result,
+    conv::{
+        cudnn::{
+            self,
+            legacy::{LegacyConv, Math},
+        },
+        direct,
+    },
+    error::Context,
+};
+use cudarc::driver::{CudaSlice, CudaStream};
+use kernels_gpu::{
+    random::mix,
+    verify::{CompareStats, Tolerance},
+};
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+use std::sync::Arc;
+
+/// cuDNN's exact-class algorithms (FFT and Winograd among them) against the f64 reference:
+/// a sanity bound, far looser than ours.
+pub const CUDNN_EXACT: Tolerance = Tolerance { tol: 1e-4, floor: 1e-5 };
+/// TF32 (10-bit mantissa inputs) against the f64 reference: catches garbage, not rounding.
+pub const CUDNN_FAST: Tolerance = Tolerance { tol: 1e-2, floor: 1e-4 };
+
+/// One shape to check.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub conv: Conv2d,
+    /// The row of the summary it counts in.
+    pub kind: String,
+    /// Put NaN, +∞ and -∞ into the input.
+    pub nonfinite: bool,
+}
+
+impl Case {
+    pub fn new(conv: Conv2d) -> Self {
+        let label = conv.label();
+        let kind = label.split('#').next().unwrap_or(&label).to_owned();
+        Case { conv, kind, nonfinite: false }
+    }
+}
+
+/// One direct-kernel variant on one case.
+#[derive(Clone, Debug)]
+pub struct VariantResult {
+    pub tile: &'static str,
+    pub stats: CompareStats,
+}
+
+/// cuDNN on one case: the algorithm, and its comparison or why it could not run.
+#[derive(Clone, Debug)]
+pub struct CudnnResult {
+    pub algo: String,
+    pub outcome: std::result::Result<CompareStats, String>,
+    /// Whether a failure to run is cuDNN not supporting the shape (reported, not failed).
+    pub unsupported: bool,
+}
+
+/// What one case gave.
+#[derive(Clone, Debug)]
+pub struct CaseResult {
+    pub case: Case,
+    pub bound: Tolerance,
+    pub variants: Vec<VariantResult>,
+    pub cudnn: Option<CudnnResult>,
+    /// Whether the GPU reference equals the CPU reference to the bit (small shapes only).
+    pub gpu_reference_exact: Option<bool>,
+}
+
+impl CaseResult {
+    pub fn passed(&self) -> bool {
+        self.variants.iter().all(|v| v.stats.passed())
+            && self.gpu_reference_exact != Some(false)
+            && self.cudnn.as_ref().is_none_or(|c| match &c.outcome {
+                Ok(stats) => stats.passed(),
+                Err(_) => c.unsupported,
+            })
+    }
+
+    /// The worst error of our variants, as a fraction of the bound (≤ 1 passes).
+    pub fn worst_ratio(&self) -> f64 {
+        self.variants.iter().map(|v| v.stats.worst_ratio()).fold(0.0, f64::max)
+    }
+}
+
+/// Checks shapes on one GPU, reusing its workspace.
+pub struct Checker<'g> {
+    gpu: &'g Gpu,
+    stream: Arc<CudaStream>,
+    workspace: CudaSlice<u8>,
+    /// Also run the CPU reference on shapes of at most this many FLOPs.
+    pub cpu_max_flops: f64,
+}
+
+impl<'g> Checker<'g> {
+    pub fn new(gpu: &'g Gpu, workspace_bytes: usize, cpu_max_flops: f64) -> Result<Self> {
+        let workspace = gpu.alloc::<u8>(workspace_bytes)?;
+        Ok(Checker { gpu, stream: gpu.stream().clone(), workspace, cpu_max_flops })
+    }
+
+    /// Checks one case; `seed` draws its inputs.
+    pub fn check(&mut self, case: &Case, seed: u64) -> Result<CaseResult> {
+        let (gpu, stream) = (self.gpu, &self.stream);
+        let conv = &case.conv;
+        let geom = conv.geometry()?;
+        let mut x = gpu.alloc::<f32>(geom.x_len)?;
+        let mut w = gpu.alloc::<f32>(geom.w_len)?;
+        reference::fill_uniform(gpu, stream, &mut x, mix(seed, 1))?;
+        reference::fill_uniform(gpu, stream, &mut w, mix(seed, 2))?;
+        if case.nonfinite {
+            plant_nonfinite(gpu, &mut x, mix(seed, 3))?;
+        }
+        let truth = reference::gpu_reference(gpu, stream, conv, &x, &w)?;
+
+        let gpu_reference_exact = if geom.flops(conv) <= self.cpu_max_flops {
+            let cpu = reference::cpu_reference(conv, &gpu.download(&x)?, &gpu.download(&w)?)?;
+            Some(same_bits(&cpu, &truth, gpu)?)
+        } else {
+            None
+        };
+
+        let bound = Tolerance::f32_sum(geom.taps(conv) as u64);
+        let mut y = gpu.alloc::<f32>(geom.y_len)?;
+        let mut variants = Vec::new();
+        for tile in direct::supporting_variants(conv) {
+            gpu.poison(&mut y)?;
+            direct::forward_with(gpu, stream, conv, tile, &x, &w, &mut y)?;
+            variants
+                .push(VariantResult { tile: tile.name, stats: reference::compare(gpu, stream, &y, &truth, bound)? });
+        }
+
+        // cuDNN's FFT and Winograd smear a NaN over whole tiles: compare it on finite inputs.
+        let cudnn = if case.nonfinite { None } else { Some(self.cudnn(conv, &x, &w, &mut y, &truth)?) };
+        Ok(CaseResult { case: case.clone(), bound, variants, cudnn, gpu_reference_exact })
+    }
+
+    /// cuDNN's first heuristic choice in FMA math that fits the workspace, against the reference.
+    fn cudnn(
+        &mut self,
+        conv: &Conv2d,
+        x: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        y: &mut CudaSlice<f32>,
+        truth: &GpuReference,
+    ) -> Result<CudnnResult> {
+        let (gpu, stream) = (self.gpu, &self.stream);
+        let run = |workspace: &mut CudaSlice<u8>, y: &mut CudaSlice<f32>| -> Result<(String, CompareStats)> {
+            let legacy = LegacyConv::new(gpu, stream, conv)?;
+            let choice = legacy
+                .heuristic(Math::Fma)?
+                .into_iter()
+                .find(|c| c.workspace <= workspace.len())
+                .ok_or_else(|| crate::Error::CudnnUnsupported("no FMA algorithm fits the workspace".into()))?;
+            gpu.poison(y)?;
+            legacy.forward(&choice, x, w, y, workspace)?;
+            Ok((choice.name(), reference::compare(gpu, stream, y, truth, CUDNN_EXACT)?))
+        };
+        Ok(match run(&mut self.workspace, y) {
+            Ok((algo, stats)) => CudnnResult { algo, outcome: Ok(stats), unsupported: false },
+            Err(e) => {
+                CudnnResult { algo: "-".into(), unsupported: cudnn::is_unsupported(&e), outcome: Err(e.to_string()) }
+            }
+        })
+    }
+}
+
+/// Whether the GPU reference equals the CPU reference bit for bit (NaN matching NaN).
+fn same_bits(cpu: &Reference, gpu_ref: &GpuReference, gpu: &Gpu) -> Result<bool> {
+    let value = gpu.download(&gpu_ref.value)?;
+    let magnitude = gpu.download(&gpu_ref.magnitude)?;
+    let same =
+        |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits() || p.is_nan() && q.is_nan());
+    Ok(same(&cpu.value, &value) && same(&cpu.magnitude, &magnitude))
+}
+
+/// Overwrites about one input in 200 (at least one) with NaN, +∞ or -∞.
+fn plant_nonfinite(gpu: &Gpu, x: &mut CudaSlice<f32>, seed: u64) -> Result<()> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut host = gpu.download(x)?;
+    for _ in 0..(host.len() / 200).max(1) {
+        let i = rng.random_range(0..host.len());
+        host[i] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][rng.random_range(0..3)];
+    }
+    gpu.stream().memcpy_htod(&host, x).during("cuMemcpyHtoD")
+}
+
+/// The kinds of layer the random sweep cycles through.
+pub const CATEGORIES: &[&str] = &[
+    "depthwise",
+    "dense",
+    "channel-multiplier",
+    "grouped",
+    "stride-2",
+    "dilation-2",
+    "1x1",
+    "7x7",
+    "45x45",
+    "odd",
+    "batch-1",
+    "z-split",
+    "nonfinite",
+    "wide",
+];
+
+/// A random valid case of category `CATEGORIES[index % len]`, sized to check quickly.
+pub fn random_case(rng: &mut SmallRng, index: usize) -> Case {
+    let category = CATEGORIES[index % CATEGORIES.len()];
+    let pick = |rng: &mut SmallRng, choices: &[usize]| choices[rng.random_range(0..choices.len())];
+    let mut conv = Conv2d::new(1, 1, 1, 1, 1, 1);
+    conv.name = Some(format!("{category}#{index}"));
+    conv.n = rng.random_range(1..=8);
+    conv.h = rng.random_range(5..=40);
+    conv.w = rng.random_range(5..=40);
+    let odd_filter = pick(rng, &[1, 3, 5]);
+    (conv.r, conv.s) = (odd_filter, odd_filter);
+    let groups = pick(rng, &[1, 2, 4]);
+    let (cpg, kpg) = (rng.random_range(1..=8), rng.random_range(1..=12));
+    (conv.groups, conv.c, conv.k) = (groups, groups * cpg, groups * kpg);
+    match category {
+        "depthwise" => {
+            conv.c = rng.random_range(1..=64);
+            (conv.groups, conv.k) = (conv.c, conv.c);
+        }
+        "dense" => (conv.groups, conv.c, conv.k) = (1, rng.random_range(1..=48), rng.random_range(1..=48)),
+        "channel-multiplier" => {
+            conv.c = rng.random_range(1..=32);
+            (conv.groups, conv.k) = (conv.c, conv.c * rng.random_range(2..=4));
+        }
+        "grouped" => {
+            conv.groups = pick(rng, &[2, 3, 8, 16, 32]);
+            (conv.c, conv.k) = (conv.groups * rng.random_range(1..=8), conv.groups * rng.random_range(1..=16));
+        }
+        "stride-2" => conv.stride = [2, 2],
+        "dilation-2" => conv.dilation = [2, 2],
+        "1x1" => (conv.r, conv.s) = (1, 1),
+        "7x7" => (conv.r, conv.s) = (7, 7),
+        "45x45" => {
+            (conv.r, conv.s, conv.h, conv.w) = (45, 45, rng.random_range(45..=100), rng.random_range(45..=100));
+            (conv.groups, conv.c, conv.k) = (1, rng.random_range(1..=2), rng.random_range(1..=2));
+            conv.n = rng.random_range(1..=2);
+        }
+        "odd" | "nonfinite" => {
+            (conv.r, conv.s) = (rng.random_range(1..=9), rng.random_range(1..=9));
+            conv.stride = [rng.random_range(1..=3), rng.random_range(1..=3)];
+            conv.dilation = [rng.random_range(1..=3), rng.random_range(1..=3)];
+        }
+        "batch-1" => conv.n = 1,
+        "z-split" => {
+            // More than 65535 packed (group, k-tile) blocks: several launches.
+            (conv.n, conv.c, conv.h, conv.w) = (rng.random_range(1..=2), rng.random_range(65536..=70000), 5, 6);
+            (conv.groups, conv.k) = (conv.c, conv.c);
+        }
+        "wide" => {
+            // Larger maps and batches than the other kinds draw.
+            (conv.n, conv.h, conv.w) =
+                (rng.random_range(8..=64), rng.random_range(40..=160), rng.random_range(40..=160));
+            conv.groups = pick(rng, &[1, 4, conv.c]);
+            conv.k = conv.groups * rng.random_range(1..=4);
+            if !conv.c.is_multiple_of(conv.groups) {
+                conv.groups = 1;
+            }
+        }
+        _ => unreachable!("every category has an arm"),
+    }
+    // Padding up to the filter's reach, independently per side, keeps every output valid.
+    let reach = |f: usize, d: usize| d * (f - 1) / 2;
+    conv.pad =
+        [rng.random_range(0..=reach(conv.r, conv.dilation[0])), rng.random_range(0..=reach(conv.s, conv.dilation[1]))];
+    conv.h = conv.h.max(conv.dilation[0] * (conv.r - 1) + 1);
+    conv.w = conv.w.max(conv.dilation[1] * (conv.s - 1) + 1);
+    let mut case = Case::new(conv);
+    case.nonfinite = category == "nonfinite";
+    case
+}
+
+/// A reproducible generator for `--seed`.
+pub fn rng(seed: u64) -> SmallRng {
+    SmallRng::seed_from_u64(seed)
+}

@@ -1,0 +1,13 @@
+//! The measuring harness behind the `convkit` command (cargo feature `harness`, which the
+//! command needs and library users do not): the f64 references, `check`, host-free timing,
+//! `bench` against cuDNN, and what a result records about the machine it ran on.
+
+pub mod bench;
+pub mod check;
+mod nvml;
+pub mod reference;
+pub mod report;
+pub mod suites;
+pub mod timing;
+
+pub use nvml::GpuState;

@@ -1,0 +1,3 @@
+//! Convolution kernel families, one module each.
+
+pub mod direct;
