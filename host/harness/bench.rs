@@ -80,6 +80,8 @@ pub struct Candidate {
     pub violations: u64,
     /// Median of the screening launches (cuDNN candidates).
     pub screen_ms: Option<f64>,
+    /// False where its host blocked while queued, so that it was screened without the gate.
+    pub screen_host_free: bool,
     pub timing: Option<Timing>,
     /// Why it was left out, if it was.
     pub excluded: Option<String>,
@@ -101,6 +103,7 @@ impl Candidate {
             worst_ratio: f64::NAN,
             violations: 0,
             screen_ms: None,
+            screen_host_free: true,
             timing: None,
             excluded: None,
         }
@@ -374,6 +377,7 @@ impl<'g> Bench<'g> {
         env.legacy = Some(legacy);
 
         // Validate every cuDNN candidate, then screen it.
+        let mut fastest = [f64::INFINITY; 2]; // screened so far, by class
         for i in 1..runners.len() {
             let class = candidates[i].class;
             let bound = match class {
@@ -397,15 +401,11 @@ impl<'g> Bench<'g> {
             }
             let runner = &runners[i];
             let mut launch = |_: &mut GpuQueue, n: usize| env.run(runner, n);
-            let screened = launch(&mut self.queue, 0)
-                .and_then(|()| time_round(&mut self.queue, true, 1, self.opts.screen_reps, &mut launch));
-            match screened {
-                Ok(Some(ms)) => candidates[i].screen_ms = Some(Samples { ms, host_free: true }.median()),
-                // A host that blocks while queued: time it without the gate, flagged.
-                Ok(None) => {
-                    let ms = time_round(&mut self.queue, false, 1, self.opts.screen_reps, &mut launch)?
-                        .expect("an ungated round cannot time out");
-                    candidates[i].screen_ms = Some(Samples { ms, host_free: false }.median());
+            match screen(&mut self.queue, self.opts.screen_reps, fastest[class as usize], &mut launch) {
+                Ok(samples) => {
+                    let ms = samples.median();
+                    fastest[class as usize] = fastest[class as usize].min(ms);
+                    (candidates[i].screen_ms, candidates[i].screen_host_free) = (Some(ms), samples.host_free);
                 }
                 Err(e) => candidates[i].excluded = Some(format!("failed to run: {e}")),
             }
@@ -454,6 +454,35 @@ impl<'g> Bench<'g> {
             timing_s: started.elapsed().as_secs_f64(),
         })
     }
+}
+
+/// Screens a candidate: one untimed launch, one host-free launch, and `reps` more unless that
+/// one was already three times slower than the fastest of its class so far. A candidate
+/// whose host blocks while queued (the gate times out) is screened without the gate, flagged.
+fn screen(
+    queue: &mut GpuQueue,
+    reps: usize,
+    fastest: f64,
+    launch: &mut dyn FnMut(&mut GpuQueue, usize) -> Result<()>,
+) -> Result<Samples> {
+    launch(queue, 0)?;
+    let mut samples = Samples { ms: Vec::new(), host_free: true };
+    let mut first = 1;
+    for count in [1, reps] {
+        let ms = match time_round(queue, samples.host_free, first, count, launch)? {
+            Some(ms) => ms,
+            None => {
+                samples.host_free = false;
+                time_round(queue, false, first, count, launch)?.expect("an ungated round cannot time out")
+            }
+        };
+        first += count;
+        samples.ms.extend(ms);
+        if samples.ms[0] > 3.0 * fastest {
+            break;
+        }
+    }
+    Ok(samples)
 }
 
 fn p50(c: &Candidate) -> f64 {
