@@ -357,7 +357,8 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
         opts.finalists
     );
     println!(
-        "exact = f32 FMA math (no tensor cores, no down-conversion); fast = TF32 allowed (PyTorch's default for convolutions)"
+        "exact: cuDNN's fastest in f32 FMA math (no tensor cores, no down-conversion); fast: its fastest with TF32 allowed \
+         (PyTorch's default for convolutions), an exact kernel where none that converts is faster"
     );
     let last = runs.last().expect("at least one repeat");
     println!(
@@ -416,7 +417,8 @@ fn best_cells(r: &LayerResult, class: MathClass) -> (String, String) {
         Some(c) => {
             let t = c.timing.as_ref().expect("a best candidate was timed");
             let host = if t.host_free { "" } else { " (host in timing)" };
-            (format!("{:.3}", t.p50), format!("{}{host}", display_name(c)))
+            let exact = if class == MathClass::Fast && c.class == MathClass::Exact { " [exact]" } else { "" };
+            (format!("{:.3}", t.p50), format!("{}{exact}{host}", display_name(c)))
         }
         None => ("-".into(), "none ran".into()),
     }

@@ -99,7 +99,12 @@ impl RunInfo {
                 self.driver.as_deref().unwrap_or("?"),
                 self.cuda
             ),
-            format!("clocks at start: {}; at end: {}", state(&self.gpu_at_start), state(&self.gpu_at_end)),
+            match &self.gpu_at_end {
+                Some(_) => {
+                    format!("clocks at start: {}; at end: {}", state(&self.gpu_at_start), state(&self.gpu_at_end))
+                }
+                None => format!("clocks: {}", state(&self.gpu_at_start)),
+            },
             format!(
                 "cuDNN {} (built for CUDA runtime {}) from {} ({} cuDNN files loaded)",
                 self.cudnn.as_deref().unwrap_or("not found"),
