@@ -3,7 +3,7 @@
 //! and their execution. This is the path cudnn-frontend and PyTorch take to cuDNN 9's engines
 //! (the `sm90_xmma_*` implicit GEMMs among them), which the legacy API never reaches.
 
-use super::{Handle, MathClass, require_library};
+use super::{Handle, MathClass, Operands, require_library};
 use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, error::Context};
 use cudarc::{
     cudnn::sys::{
@@ -12,7 +12,7 @@ use cudarc::{
     },
     driver::{CudaStream, DevicePtr, DevicePtrMut},
 };
-use std::{ffi::c_void, sync::Arc};
+use std::sync::Arc;
 
 pub use sys::cudnnBackendHeurMode_t as HeurMode;
 
@@ -361,13 +361,9 @@ impl<'g> EngineConv<'g> {
         if workspace.len() < plan.workspace {
             return Err(Error::WorkspaceTooSmall { needed: plan.workspace, given: workspace.len() });
         }
-        let stream = &self.stream;
         {
-            let (x_ptr, _xs) = x.device_ptr(stream);
-            let (w_ptr, _ws) = w.device_ptr(stream);
-            let (y_ptr, _ys) = y.device_ptr_mut(stream);
-            let (ws_ptr, _wss) = workspace.device_ptr_mut(stream);
-            for (buffer, ptr) in [("x", x_ptr), ("w", w_ptr), ("y", y_ptr)] {
+            let ops = Operands::new(&self.stream, x, w, y, workspace);
+            for (buffer, ptr) in [("x", ops.x), ("w", ops.w), ("y", ops.y.cast_const())] {
                 if !(ptr as usize).is_multiple_of(ALIGNMENT) {
                     return Err(Error::Misaligned {
                         buffer,
@@ -378,9 +374,9 @@ impl<'g> EngineConv<'g> {
             }
             let pack = Desc::new(Kind::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
             pack.set_i64s(Attr::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, &[X_UID, W_UID, Y_UID])?;
-            let pointers = [x_ptr, w_ptr, y_ptr].map(|p| p as *mut c_void);
+            let pointers = [ops.x.cast_mut(), ops.w.cast_mut(), ops.y];
             pack.set(Attr::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, Type::CUDNN_TYPE_VOID_PTR, &pointers)?;
-            pack.set(Attr::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, Type::CUDNN_TYPE_VOID_PTR, &[ws_ptr as *mut c_void])?;
+            pack.set(Attr::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, Type::CUDNN_TYPE_VOID_PTR, &[ops.workspace])?;
             let pack = pack.finalize("cudnnBackendFinalize(variant pack)")?;
             unsafe { sys::cudnnBackendExecute(self.handle.0, plan.desc.0, pack.0) }
                 .result()

@@ -2,7 +2,7 @@
 //! algorithms, ranked by `cudnnFindConvolutionForwardAlgorithmEx`). Thin RAII wrappers over
 //! cudarc's bindings (its safe layer has no FindEx).
 
-use super::{Handle, MathClass};
+use super::{Handle, MathClass, Operands};
 use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, error::Context};
 use cudarc::{
     cudnn::{result, sys},
@@ -196,33 +196,30 @@ impl<'g> LegacyConv<'g> {
         workspace: &mut impl DevicePtrMut<u8>,
     ) -> Result<Vec<LegacyChoice>> {
         super::super::check_buffers(self.gpu, &self.geom, x, w, y)?;
-        let stream = &self.stream;
-        let (x_ptr, _xs) = x.device_ptr(stream);
-        let (w_ptr, _ws) = w.device_ptr(stream);
-        let (y_ptr, _ys) = y.device_ptr_mut(stream);
-        let ws_len = workspace.len();
-        let (ws_ptr, _wss) = workspace.device_ptr_mut(stream);
+        let ops = Operands::new(&self.stream, x, w, y, workspace);
         let mut perf = [unsafe { std::mem::zeroed::<sys::cudnnConvolutionFwdAlgoPerf_t>() }; 8];
         let mut count = 0;
         unsafe {
             sys::cudnnFindConvolutionForwardAlgorithmEx(
                 self.handle.0,
                 self.x.0,
-                x_ptr as *const c_void,
+                ops.x,
                 self.w.0,
-                w_ptr as *const c_void,
+                ops.w,
                 self.desc(math),
                 self.y.0,
-                y_ptr as *mut c_void,
+                ops.y,
                 perf.len() as i32,
                 &mut count,
                 perf.as_mut_ptr(),
-                ws_ptr as *mut c_void,
-                ws_len,
+                ops.workspace,
+                ops.workspace_len,
             )
             .result()
         }
         .during("cudnnFindConvolutionForwardAlgorithmEx")?;
+        drop(ops); // records the operands' use
+        self.gpu.check_deferred()?;
         Ok(successful(&perf[..count as usize]).map(|p| choice(p, math, Some(p.time))).collect())
     }
 
@@ -239,29 +236,24 @@ impl<'g> LegacyConv<'g> {
             return Err(Error::WorkspaceTooSmall { needed: choice.workspace, given: workspace.len() });
         }
         super::super::check_buffers(self.gpu, &self.geom, x, w, y)?;
-        let stream = &self.stream;
         {
-            let (x_ptr, _xs) = x.device_ptr(stream);
-            let (w_ptr, _ws) = w.device_ptr(stream);
-            let (y_ptr, _ys) = y.device_ptr_mut(stream);
-            let ws_len = workspace.len();
-            let (ws_ptr, _wss) = workspace.device_ptr_mut(stream);
+            let ops = Operands::new(&self.stream, x, w, y, workspace);
             let (alpha, beta) = (1.0f32, 0.0f32);
             unsafe {
                 result::convolution_forward(
                     self.handle.0,
                     &alpha as *const f32 as *const c_void,
                     self.x.0,
-                    x_ptr as *const c_void,
+                    ops.x,
                     self.w.0,
-                    w_ptr as *const c_void,
+                    ops.w,
                     self.desc(choice.math),
                     choice.algo,
-                    ws_ptr as *mut c_void,
-                    ws_len,
+                    ops.workspace,
+                    ops.workspace_len,
                     &beta as *const f32 as *const c_void,
                     self.y.0,
-                    y_ptr as *mut c_void,
+                    ops.y,
                 )
             }
             .during("cudnnConvolutionForward")?;

@@ -8,8 +8,9 @@ pub mod legacy;
 use crate::{Error, Gpu, Result, error::Context};
 use cudarc::{
     cudnn::{result, sys},
-    driver::CudaStream,
+    driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop},
 };
+use std::ffi::c_void;
 
 /// The accuracy class of an implementation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -75,6 +76,41 @@ impl Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         unsafe { result::destroy_handle(self.0) }.ok();
+    }
+}
+
+/// The device addresses of a convolution's operands on one stream, as cuDNN takes them. The
+/// guards record the operands' use on the stream when dropped (after the cuDNN call).
+struct Operands<'a> {
+    x: *const c_void,
+    w: *const c_void,
+    y: *mut c_void,
+    workspace: *mut c_void,
+    workspace_len: usize,
+    _uses: [SyncOnDrop<'a>; 4],
+}
+
+impl<'a> Operands<'a> {
+    fn new(
+        stream: &'a CudaStream,
+        x: &'a impl DevicePtr<f32>,
+        w: &'a impl DevicePtr<f32>,
+        y: &'a mut impl DevicePtrMut<f32>,
+        workspace: &'a mut impl DevicePtrMut<u8>,
+    ) -> Self {
+        let workspace_len = workspace.len();
+        let (x, xs) = x.device_ptr(stream);
+        let (w, ws) = w.device_ptr(stream);
+        let (y, ys) = y.device_ptr_mut(stream);
+        let (workspace, wss) = workspace.device_ptr_mut(stream);
+        Operands {
+            x: x as *const c_void,
+            w: w as *const c_void,
+            y: y as *mut c_void,
+            workspace: workspace as *mut c_void,
+            workspace_len,
+            _uses: [xs, ws, ys, wss],
+        }
     }
 }
 
