@@ -40,6 +40,9 @@ pub enum Error {
     Cudnn { call: &'static str, source: CudnnError },
     #[error("cuDNN: {0}")]
     CudnnUnsupported(String),
+    #[cfg(feature = "harness")]
+    #[error("cuBLAS call {call} failed: {source:?}")]
+    Cublas { call: &'static str, source: cudarc::cublas::result::CublasError },
 }
 
 impl Error {
@@ -62,5 +65,12 @@ impl<T> Context<T> for std::result::Result<T, DriverError> {
 impl<T> Context<T> for std::result::Result<T, CudnnError> {
     fn during(self, call: &'static str) -> Result<T> {
         self.map_err(|source| Error::Cudnn { call, source })
+    }
+}
+
+#[cfg(feature = "harness")]
+impl<T> Context<T> for std::result::Result<T, cudarc::cublas::result::CublasError> {
+    fn during(self, call: &'static str) -> Result<T> {
+        self.map_err(|source| Error::Cublas { call, source })
     }
 }

@@ -4,6 +4,7 @@
 //! - [`Conv2d`]: the problem (shape syntax, validation, derived sizes).
 //! - [`conv::direct`]: grouped direct convolution (dense, grouped, depthwise, channel
 //!   multipliers), forward, f32, NCHW.
+//! - [`cgemm`]: batched complex GEMM, `C = α·op(A)·op(B) + β·C`, interleaved or planar.
 //! - [`conv::cudnn`]: the same convolution through cuDNN's graph API (its cuDNN 9 engines)
 //!   and its legacy API.
 //! - `harness` (cargo feature `harness`): references, `check`, timing and `bench`.
@@ -11,6 +12,7 @@
 //! Kernels live in the `kernels-gpu` crate, which also defines the parameter structs and
 //! index math that the launchers here use, so both sides share one kernel ABI.
 
+pub mod cgemm;
 pub mod conv;
 mod error;
 mod gpu;

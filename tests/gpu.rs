@@ -3,6 +3,7 @@
 
 use convkit::{
     Conv2d, Error, Gpu,
+    cgemm::{self as cgemm_api, BatchedGemm, Complex32, Layout, Op},
     conv::cudnn::{
         self, MathClass,
         engines::{ALL_HEURISTICS, EngineConv},
@@ -10,7 +11,9 @@ use convkit::{
     },
     direct,
     harness::{
+        cgemm::{self, CgemmCase},
         check::{self, CUDNN_EXACT, CUDNN_FAST, Checker},
+        cublas::{Cublas, CublasGemm},
         reference,
         timing::{DeviceQueue, GpuQueue, Samples, time_round},
     },
@@ -286,4 +289,54 @@ fn cudnn_engines_of_both_classes_compute_the_convolution() {
         assert!(ran > 0, "{spec}: no plan could run");
     }
     assert!(classes.contains(&MathClass::Exact) && classes.contains(&MathClass::Fast), "{classes:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cgemm_matches_the_reference_on_random_problems() {
+    let gpu = gpu();
+    let mut rng = check::rng(0xc9e3);
+    let cases = case_count();
+    let mut failures = Vec::new();
+    for i in 0..cases {
+        let case = cgemm::random_case(&mut rng, i);
+        let r = cgemm::check_case(&gpu, &case, mix(23, i as u64)).unwrap();
+        if !r.stats.passed() {
+            failures.push(format!("{case}: {:?}", r.stats));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {cases} problems failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cgemm_agrees_with_cublas_and_refuses_short_buffers() {
+    let gpu = gpu();
+    let stream = gpu.stream();
+    let cublas = Cublas::new(&gpu, stream).unwrap();
+    for spec in ["m=4,batch=1000,op=nc", "m=24,n=7,k=33,batch=50,op=tn,layout=row,beta=1"] {
+        let case: CgemmCase = spec.parse().unwrap();
+        let e = case.g.validate().unwrap();
+        let data = |seed: u64, len: usize| -> Vec<Complex32> {
+            reference::host_uniform(seed, 2 * len).chunks(2).map(|p| Complex32::new(p[0], p[1])).collect()
+        };
+        let (a_host, b_host, c_host) = (data(1, e.a), data(2, e.b), data(3, e.c));
+        let (a, b) = (gpu.upload(&a_host).unwrap(), gpu.upload(&b_host).unwrap());
+        for which in CublasGemm::ALL {
+            let mut c = gpu.upload(&c_host).unwrap();
+            cublas.gemm(which, &case.g, case.alpha, &a, &b, case.beta, &mut c).unwrap();
+            let stats = cgemm::compare(&case, &a_host, &b_host, &c_host, &gpu.download(&c).unwrap(), case.g.batch);
+            // cuBLAS is held to a looser bound than ours (Gauss's 3M form among them).
+            assert!(stats.worst_ratio() < 50.0, "{spec} {}: {stats:?}", which.name());
+        }
+        let mut c = gpu.upload(&c_host).unwrap();
+        cgemm_api::cgemm(&gpu, stream, &case.g, case.alpha, &a, &b, case.beta, &mut c).unwrap();
+        let stats = cgemm::compare(&case, &a_host, &b_host, &c_host, &gpu.download(&c).unwrap(), case.g.batch);
+        assert!(stats.passed(), "{spec}: {stats:?}");
+    }
+    let g = BatchedGemm::packed(8, 8, 8, 10, Op::N, Op::N, Layout::ColMajor);
+    let (a, b) = (gpu.alloc::<Complex32>(640).unwrap(), gpu.alloc::<Complex32>(639).unwrap());
+    let mut c = gpu.alloc::<Complex32>(640).unwrap();
+    let result = cgemm_api::cgemm(&gpu, stream, &g, Complex32::ONE, &a, &b, Complex32::ZERO, &mut c);
+    assert!(matches!(result, Err(Error::BufferSize { buffer: "b", expected: 640, got: 639 })), "{result:?}");
 }

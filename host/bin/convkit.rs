@@ -7,9 +7,12 @@ use convkit::{
     direct,
     harness::{
         bench::{Bench, BenchOptions, Candidate, LayerResult, Source},
+        cgemm::{self as cgemm_harness, CGEMM_SYNTAX, CgemmCase, CgemmCheck, CgemmRow},
         check::{self, Case, CaseResult, Checker},
+        cublas::Cublas,
         report::RunInfo,
         suites::{self, SUITES},
+        timing::GpuQueue,
         timing::Schedule,
     },
     problem::SHAPE_SYNTAX,
@@ -60,7 +63,11 @@ impl Layers {
 }
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
 struct CheckArgs {
+    /// Another kernel family than the convolution.
+    #[command(subcommand)]
+    family: Option<CheckFamily>,
     /// Random shapes to check when no --shape, --suite or --large is given.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
     cases: u64,
@@ -83,8 +90,87 @@ struct CheckArgs {
     layers: Layers,
 }
 
+#[derive(Subcommand)]
+enum CheckFamily {
+    /// Check the batched complex GEMM against the f64 reference (random problems by default).
+    Cgemm(CgemmCheckArgs),
+}
+
+#[derive(Subcommand)]
+enum BenchFamily {
+    /// Time the batched complex GEMM against cuBLAS (`square` suite by default).
+    Cgemm(CgemmBenchArgs),
+}
+
 #[derive(Args)]
+struct CgemmProblems {
+    /// A problem (repeatable); see `convkit bench cgemm --help` for the syntax.
+    #[arg(long = "shape", value_name = "SPEC", value_parser = parse_cgemm)]
+    shapes: Vec<CgemmCase>,
+    /// A built-in suite: square, fftconv.
+    #[arg(long, value_name = "NAME")]
+    suite: Option<String>,
+}
+
+impl CgemmProblems {
+    fn resolve(&self) -> Result<Option<Vec<CgemmCase>>, Error> {
+        let mut cases = match &self.suite {
+            Some(name) => cgemm_harness::load_suite(name)?,
+            None => Vec::new(),
+        };
+        cases.extend(self.shapes.iter().cloned());
+        Ok((!cases.is_empty()).then_some(cases))
+    }
+}
+
+#[derive(Args)]
+#[command(after_help = CGEMM_SYNTAX)]
+struct CgemmCheckArgs {
+    /// Random problems when no --shape or --suite is given.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
+    cases: u64,
+    /// Seed of the random problems and inputs (default: from the clock, printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Print every case, not only failures.
+    #[arg(long, short)]
+    verbose: bool,
+    #[command(flatten)]
+    problems: CgemmProblems,
+}
+
+#[derive(Args)]
+#[command(after_help = CGEMM_SYNTAX)]
+struct CgemmBenchArgs {
+    #[command(flatten)]
+    problems: CgemmProblems,
+    /// Timed launches of each implementation per round.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=200))]
+    reps: u64,
+    /// Interleaved rounds.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
+    /// Untimed launches of each implementation first.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Seed of the random inputs (default: from the clock, printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Also write the run's header and every measurement as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+fn parse_cgemm(spec: &str) -> Result<CgemmCase, String> {
+    spec.parse().map_err(|e: Error| e.to_string())
+}
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
 struct BenchArgs {
+    /// Another kernel family than the convolution.
+    #[command(subcommand)]
+    family: Option<BenchFamily>,
     #[command(flatten)]
     layers: Layers,
     /// Timed launches of each implementation per round.
@@ -142,6 +228,8 @@ fn parse_shape(spec: &str) -> Result<Conv2d, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match &cli.command {
+        Command::Check(CheckArgs { family: Some(CheckFamily::Cgemm(args)), .. }) => run_check_cgemm(cli.device, args),
+        Command::Bench(BenchArgs { family: Some(BenchFamily::Cgemm(args)), .. }) => run_bench_cgemm(cli.device, args),
         Command::Check(args) => run_check(cli.device, args),
         Command::Bench(args) => run_bench(cli.device, args),
         Command::Info => run_info(cli.device),
@@ -451,5 +539,144 @@ fn print_candidates(r: &LayerResult) {
     }
     for s in &r.skipped {
         println!("  skipped: {s}");
+    }
+}
+
+fn run_check_cgemm(device: usize, args: &CgemmCheckArgs) -> Result<ExitCode, Error> {
+    let gpu = Gpu::new(device)?;
+    let seed = args.seed.unwrap_or_else(clock_seed);
+    let mut rng = check::rng(seed);
+    let cases = match args.problems.resolve()? {
+        Some(cases) => cases,
+        None => (0..args.cases as usize).map(|i| cgemm_harness::random_case(&mut rng, i)).collect(),
+    };
+    let mut info = RunInfo::collect(&gpu, seed)?;
+    let bar = progress(cases.len(), "check cgemm");
+    let mut results: Vec<CgemmCheck> = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        bar.set_message(case.label());
+        let r = cgemm_harness::check_case(&gpu, case, mix(seed, i as u64))?;
+        if args.verbose || !r.stats.passed() {
+            let verdict = if r.stats.passed() { "ok  " } else { "FAIL" };
+            let first = if r.stats.passed() {
+                String::new()
+            } else {
+                format!(", first at element {}", r.stats.first_violation)
+            };
+            let line = format!(
+                "{verdict} {} alpha={:?} beta={:?}: worst err/bound {:.3}, {} beyond{first}",
+                r.case,
+                r.case.alpha,
+                r.case.beta,
+                r.stats.worst_ratio(),
+                r.stats.violations
+            );
+            bar.suspend(|| println!("{line}"));
+        }
+        results.push(r);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    info.finish();
+    for line in info.header() {
+        println!("{line}");
+    }
+    let mut by_kind: BTreeMap<String, (usize, usize, f64)> = BTreeMap::new();
+    for r in &results {
+        let g = &r.case.g;
+        let kind = format!("{:?}, {}", g.layout, if r.case.planar { "planar" } else { "interleaved" });
+        let row = by_kind.entry(kind).or_insert((0, 0, 0.0));
+        row.0 += 1;
+        row.1 += r.stats.passed() as usize;
+        row.2 = row.2.max(r.stats.worst_ratio());
+    }
+    println!("\n| layout, storage | cases | passed | worst err / bound |");
+    println!("| --- | ---: | ---: | ---: |");
+    for (kind, (cases, passed, worst)) in &by_kind {
+        println!("| {kind} | {cases} | {passed} | {worst:.3} |");
+    }
+    let failed = results.iter().filter(|r| !r.stats.passed()).count();
+    println!("\ncheck cgemm: {} passed, {failed} failed", results.len() - failed);
+    println!(
+        "bound per output part: |ours - ref| <= 2^-23 (8 + sqrt(2k + 4)) * (|alpha| sum|products| + |beta| |c|) + 2^-126; \
+         elements of C outside its matrices must be untouched"
+    );
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn run_bench_cgemm(device: usize, args: &CgemmBenchArgs) -> Result<ExitCode, Error> {
+    let gpu = Gpu::new(device)?;
+    let cases = match args.problems.resolve()? {
+        Some(cases) => cases,
+        None => cgemm_harness::load_suite("square")?,
+    };
+    let seed = args.seed.unwrap_or_else(clock_seed);
+    let mut info = RunInfo::collect(&gpu, seed)?;
+    let schedule = Schedule { warmup: args.warmup, rounds: args.rounds as usize, reps: args.reps as usize };
+    let min_working_set = 120 << 20;
+    let mut queue = GpuQueue::new(&gpu, gpu.stream())?;
+    let cublas = Cublas::new(&gpu, gpu.stream())?;
+    let cublas_version = cublas.version()?;
+    let bar = progress(cases.len(), "bench cgemm");
+    let mut rows: Vec<CgemmRow> = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        bar.set_message(case.label());
+        rows.push(cgemm_harness::bench_case(
+            &gpu,
+            &mut queue,
+            &cublas,
+            case,
+            mix(seed, i as u64),
+            schedule,
+            min_working_set,
+        )?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    info.finish();
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({ "run": info, "cublas": cublas_version, "schedule": schedule, "rows": rows });
+        let text = serde_json::to_string_pretty(&doc).expect("bench results serialise");
+        std::fs::write(path, text).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    }
+    for line in info.header() {
+        println!("{line}");
+    }
+    println!(
+        "cuBLAS {cublas_version}; timing: host-free, {} warm-up, {} rounds x {} launches, interleaved; median (p10-p90) ms; \
+         inputs rotated over >= {} MB; 8 real flops per complex multiply-add",
+        schedule.warmup,
+        schedule.rounds,
+        schedule.reps,
+        min_working_set >> 20
+    );
+    println!(
+        "\n| problem | spec | ours ms (p10-p90) | cuBLAS ms | cuBLAS kernel | vs cuBLAS | GFLOP/s | GB/s | % HBM | err/bound |"
+    );
+    println!("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    for r in &rows {
+        let ours = &r.candidates[0].timing;
+        let (theirs, name) =
+            r.best_cublas().map_or(("-".to_owned(), "none correct"), |c| (format!("{:.4}", c.timing.p50), c.name));
+        println!(
+            "| {} | {} | {:.4} ({:.4}-{:.4}) | {theirs} | {name} | {} | {:.0} | {:.0} | {:.1} | {:.2} |",
+            r.label,
+            r.spec,
+            ours.p50,
+            ours.p10,
+            ours.p90,
+            r.speedup().map_or("-".to_owned(), |v| format!("{v:.2}x")),
+            r.gflops(),
+            r.gbytes_per_s(),
+            r.hbm_percent(),
+            r.candidates[0].worst_ratio
+        );
+    }
+    let bad: Vec<_> = rows.iter().filter(|r| r.candidates[0].violations > 0).map(|r| r.label.as_str()).collect();
+    if bad.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("convkit: our output exceeded its error bound on: {}", bad.join(", "));
+        Ok(ExitCode::FAILURE)
     }
 }

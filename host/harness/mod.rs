@@ -3,7 +3,9 @@
 //! `bench` against cuDNN, and what a result records about the machine it ran on.
 
 pub mod bench;
+pub mod cgemm;
 pub mod check;
+pub mod cublas;
 mod nvml;
 pub mod reference;
 pub mod report;

@@ -7,6 +7,7 @@
 //! behind `cfg(target_arch = "nvptx64")`.
 //!
 //! - [`conv`]: the convolution kernel families ([`conv::direct`]).
+//! - [`cgemm`]: batched complex GEMM.
 //! - [`verify`], [`random`], [`timing`]: the f64 reference and error bound, the random
 //!   fill and the timing gate that `convkit check` and `convkit bench` run on the GPU.
 #![no_std]
@@ -16,6 +17,7 @@
     allow(internal_features)
 )]
 
+pub mod cgemm;
 pub mod conv;
 pub mod geometry;
 pub mod magic;

@@ -174,3 +174,44 @@ pub fn atomic_min_u64(global_addr: u64, v: u64) {
 pub fn atomic_add_f64(global_addr: u64, v: f64) {
     unsafe { asm!("red.global.add.f64 [{a}], {v};", a = in(reg64) global_addr, v = in(reg64) v, options(nostack)) };
 }
+
+/// Read-only 8-byte global load (two f32, e.g. one complex); `global_addr` 8-byte aligned.
+#[inline(always)]
+pub fn ldg_nc_f32x2(global_addr: u64) -> [f32; 2] {
+    let (a, b): (f32, f32);
+    unsafe {
+        asm!("ld.global.nc.v2.f32 {{{a}, {b}}}, [{p}];",
+            p = in(reg64) global_addr, a = out(reg32) a, b = out(reg32) b, options(readonly, nostack))
+    };
+    [a, b]
+}
+
+/// A coherent global load, for memory the launch also writes.
+#[inline(always)]
+pub fn ld_global_f32(global_addr: u64) -> f32 {
+    let v: f32;
+    unsafe {
+        asm!("ld.global.f32 {v}, [{a}];", a = in(reg64) global_addr, v = out(reg32) v, options(readonly, nostack))
+    };
+    v
+}
+
+/// A coherent 8-byte global load; `global_addr` 8-byte aligned.
+#[inline(always)]
+pub fn ld_global_f32x2(global_addr: u64) -> [f32; 2] {
+    let (a, b): (f32, f32);
+    unsafe {
+        asm!("ld.global.v2.f32 {{{a}, {b}}}, [{p}];",
+            p = in(reg64) global_addr, a = out(reg32) a, b = out(reg32) b, options(readonly, nostack))
+    };
+    [a, b]
+}
+
+/// 8-byte global store; `global_addr` 8-byte aligned.
+#[inline(always)]
+pub fn stg_f32x2(global_addr: u64, v: [f32; 2]) {
+    unsafe {
+        asm!("st.global.v2.f32 [{p}], {{{a}, {b}}};", p = in(reg64) global_addr, a = in(reg32) v[0], b = in(reg32) v[1],
+            options(nostack))
+    };
+}
