@@ -134,6 +134,18 @@ impl BatchedGemm {
         Ok(Extents { a: extents[0], b: extents[1], c: extents[2] })
     }
 
+    /// [`BatchedGemm::validate`], and buffers of `a`, `b` and `c` elements at least as long
+    /// as it needs.
+    pub fn check_lengths(&self, a: usize, b: usize, c: usize) -> Result<Extents> {
+        let extents = self.validate()?;
+        for (buffer, expected, got) in [("a", extents.a, a), ("b", extents.b, b), ("c", extents.c, c)] {
+            if got < expected {
+                return Err(Error::BufferSize { buffer, expected, got });
+            }
+        }
+        Ok(extents)
+    }
+
     /// The same product, column-major (A and B trade places when the layout is row-major).
     pub fn column_major(&self) -> BatchedGemm {
         match self.layout {
@@ -200,10 +212,7 @@ pub fn cgemm(
     beta: Complex32,
     c: &mut impl DevicePtrMut<Complex32>,
 ) -> Result<()> {
-    let extents = g.validate()?;
-    for (buffer, need, buf_len) in [("a", extents.a, a.len()), ("b", extents.b, b.len()), ("c", extents.c, c.len())] {
-        check_len(buffer, need, buf_len)?;
-    }
+    g.check_lengths(a.len(), b.len(), c.len())?;
     check_owner(gpu, &[("a", a.stream()), ("b", b.stream()), ("c", c.stream())])?;
     {
         let (a_ptr, _as) = a.device_ptr(stream);
@@ -226,18 +235,8 @@ pub fn cgemm_planar<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
     beta: Complex32,
     c: PlanarMut<'_, Q>,
 ) -> Result<()> {
-    let extents = g.validate()?;
-    let lens = [
-        ("a.re", extents.a, a.re.len()),
-        ("a.im", extents.a, a.im.len()),
-        ("b.re", extents.b, b.re.len()),
-        ("b.im", extents.b, b.im.len()),
-        ("c.re", extents.c, c.re.len()),
-        ("c.im", extents.c, c.im.len()),
-    ];
-    for (buffer, need, buf_len) in lens {
-        check_len(buffer, need, buf_len)?;
-    }
+    // Each part must hold the elements; the shorter of a pair decides.
+    g.check_lengths(a.re.len().min(a.im.len()), b.re.len().min(b.im.len()), c.re.len().min(c.im.len()))?;
     check_owner(
         gpu,
         &[
@@ -259,10 +258,6 @@ pub fn cgemm_planar<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
         launch(gpu, stream, g, alpha, beta, true, [ar, ai], [br, bi], [cr, ci])?;
     }
     gpu.check_deferred()
-}
-
-fn check_len(buffer: &'static str, need: usize, got: usize) -> Result<()> {
-    if got < need { Err(Error::BufferSize { buffer, expected: need, got }) } else { Ok(()) }
 }
 
 fn check_owner(gpu: &Gpu, streams: &[(&str, &std::sync::Arc<CudaStream>)]) -> Result<()> {

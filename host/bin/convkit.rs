@@ -53,13 +53,22 @@ struct Layers {
 
 impl Layers {
     fn resolve(&self) -> Result<Option<Vec<Conv2d>>, Error> {
-        let mut layers = match &self.suite {
-            Some(name) => suites::load_suite(name)?,
-            None => Vec::new(),
-        };
-        layers.extend(self.shapes.iter().cloned());
-        Ok((!layers.is_empty()).then_some(layers))
+        chosen(&self.suite, suites::load_suite, &self.shapes)
     }
+}
+
+/// A suite's items (if one is named) then the shapes given one by one; `None` when neither is.
+fn chosen<T: Clone>(
+    suite: &Option<String>,
+    load: impl Fn(&str) -> Result<Vec<T>, Error>,
+    shapes: &[T],
+) -> Result<Option<Vec<T>>, Error> {
+    let mut items = match suite {
+        Some(name) => load(name)?,
+        None => Vec::new(),
+    };
+    items.extend(shapes.iter().cloned());
+    Ok((!items.is_empty()).then_some(items))
 }
 
 #[derive(Args)]
@@ -114,12 +123,7 @@ struct CgemmProblems {
 
 impl CgemmProblems {
     fn resolve(&self) -> Result<Option<Vec<CgemmCase>>, Error> {
-        let mut cases = match &self.suite {
-            Some(name) => cgemm_harness::load_suite(name)?,
-            None => Vec::new(),
-        };
-        cases.extend(self.shapes.iter().cloned());
-        Ok((!cases.is_empty()).then_some(cases))
+        chosen(&self.suite, cgemm_harness::load_suite, &self.shapes)
     }
 }
 

@@ -67,8 +67,7 @@ impl Cublas {
         Ok(v)
     }
 
-    /// `C = α·op(A)·op(B) + β·C` with `which`; `g` must be valid for the buffers (the caller's
-    /// launch of ours has checked it).
+    /// `C = α·op(A)·op(B) + β·C` with `which`, on the handle's stream.
     #[allow(clippy::too_many_arguments)]
     pub fn gemm(
         &self,
@@ -80,12 +79,7 @@ impl Cublas {
         beta: Complex32,
         c: &mut impl DevicePtrMut<Complex32>,
     ) -> Result<()> {
-        let extents = g.validate()?;
-        for (buffer, need, got) in [("a", extents.a, a.len()), ("b", extents.b, b.len()), ("c", extents.c, c.len())] {
-            if got < need {
-                return Err(Error::BufferSize { buffer, expected: need, got });
-            }
-        }
+        g.check_lengths(a.len(), b.len(), c.len())?;
         let cm = g.column_major();
         let stream = &self.stream;
         let (a_ptr, _as) = a.device_ptr(stream);
