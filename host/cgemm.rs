@@ -13,7 +13,7 @@ use kernels_gpu::{
     cgemm::{CGEMM_THREADS, CgemmParams, MAX_LAUNCH_ELEMENTS, cgemm_kernel},
 };
 
-pub use kernels_gpu::cgemm::{CGEMM_KERNELS, CgemmKernel, Complex32, Op};
+pub use kernels_gpu::cgemm::{Complex32, Op};
 
 /// How each matrix is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -84,10 +84,6 @@ impl Gpu {
         self.sm_count
     }
 
-    pub fn ordinal(&self) -> usize {
-        self.ctx.ordinal()
-    }
-
     pub fn name(&self) -> Result<String> {
         self.ctx.name().during("cuDeviceGetName")
     }

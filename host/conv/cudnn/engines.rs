@@ -29,8 +29,7 @@ pub const ALL_HEURISTICS: [HeurMode; 4] = [
 pub const ALIGNMENT: usize = 16;
 
 /// Room for every note and knob type this binding knows (cudnn-frontend asks for as many).
-const MAX_NOTES: usize = sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TYPE_COUNT as usize
-    + sys::cudnnBackendBehaviorNote_t::CUDNN_BEHAVIOR_NOTE_TYPE_COUNT as usize;
+const MAX_NOTES: usize = sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TYPE_COUNT as usize;
 const MAX_KNOBS: usize = sys::cudnnBackendKnobType_t::CUDNN_KNOB_TYPE_COUNTS as usize;
 
 const X_UID: i64 = b'x' as i64;
@@ -164,13 +163,10 @@ pub struct EngineConfig {
     /// `(cudnnBackendKnobType_t, value)` of each knob choice.
     pub knobs: Vec<(u32, i64)>,
     pub numerical_notes: Vec<u32>,
-    pub behavior_notes: Vec<u32>,
-    /// The heuristic modes that proposed it.
-    pub proposed_by: Vec<HeurMode>,
 }
 
 impl EngineConfig {
-    fn read(desc: Desc, mode: HeurMode) -> Result<Self> {
+    fn read(desc: Desc) -> Result<Self> {
         let engine = desc
             .get_descs(Attr::CUDNN_ATTR_ENGINECFG_ENGINE, Kind::CUDNN_BACKEND_ENGINE_DESCRIPTOR, 1)?
             .pop()
@@ -181,8 +177,6 @@ impl EngineConfig {
         // Enums are read as u32: a newer library may name notes this binding does not know.
         let numerical_notes =
             engine.get::<u32>(Attr::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, Type::CUDNN_TYPE_NUMERICAL_NOTE, MAX_NOTES)?;
-        let behavior_notes =
-            engine.get::<u32>(Attr::CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, Type::CUDNN_TYPE_BEHAVIOR_NOTE, MAX_NOTES)?;
         let mut knobs = Vec::new();
         let choices = desc.get_descs(
             Attr::CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
@@ -196,7 +190,8 @@ impl EngineConfig {
                 knobs.push((k, v));
             }
         }
-        Ok(EngineConfig { desc, engine: engine_index, knobs, numerical_notes, behavior_notes, proposed_by: vec![mode] })
+        knobs.sort_unstable();
+        Ok(EngineConfig { desc, engine: engine_index, knobs, numerical_notes })
     }
 
     pub fn tag(&self) -> String {
@@ -205,11 +200,6 @@ impl EngineConfig {
 
     pub fn class(&self) -> MathClass {
         classify(&self.numerical_notes)
-    }
-
-    /// Whether cuDNN compiles this engine at run time (NVRTC) when its plan is built.
-    pub fn runtime_compiled(&self) -> bool {
-        self.behavior_notes.contains(&0)
     }
 
     pub fn notes(&self) -> String {
@@ -308,9 +298,8 @@ impl<'g> EngineConv<'g> {
             match self.heuristic(mode) {
                 Ok(found) => {
                     for config in found {
-                        match configs.iter_mut().find(|c| c.tag() == config.tag()) {
-                            Some(known) => known.proposed_by.push(mode),
-                            None => configs.push(config),
+                        if !configs.iter().any(|c| c.engine == config.engine && c.knobs == config.knobs) {
+                            configs.push(config);
                         }
                     }
                 }
@@ -328,7 +317,7 @@ impl<'g> EngineConv<'g> {
         let count = heur.count(Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS, Type::CUDNN_TYPE_BACKEND_DESCRIPTOR)?;
         heur.get_descs(Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS, Kind::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, count)?
             .into_iter()
-            .map(|desc| EngineConfig::read(desc, mode))
+            .map(EngineConfig::read)
             .collect()
     }
 
