@@ -10,10 +10,10 @@ use crate::{Error, Gpu, Result};
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels_gpu::{
     MagicDiv,
-    cgemm::{CGEMM_THREADS, CgemmParams, MAX_LAUNCH_ELEMENTS, cgemm_kernel},
+    cgemm::{CGEMM_THREADS, CgemmParams, CgemmShape, MAX_ITEMS, cgemm_tile},
 };
 
-pub use kernels_gpu::cgemm::{Complex32, Op};
+pub use kernels_gpu::cgemm::{CGEMM_TILES, CgemmTile, Complex32, Family, Op};
 
 /// How each matrix is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,10 +50,14 @@ pub struct Extents {
     pub a: usize,
     pub b: usize,
     pub c: usize,
+    /// Elements one matrix of each spans (`ld · (outer − 1) + inner`).
+    pub span: [usize; 3],
 }
 
 /// Largest extent or leading dimension (cuBLAS takes `int`; our kernels index in 32 bits).
 const MAX_DIM: usize = i32::MAX as usize;
+/// Largest C matrix, in elements (its tiles are counted in 32 bits).
+const MAX_MATRIX: usize = i32::MAX as usize;
 
 impl BatchedGemm {
     /// Densely packed matrices, one after another, in `layout`.
@@ -101,10 +105,10 @@ impl BatchedGemm {
                 return Err(Error::invalid(field, format!("= {v} exceeds {MAX_DIM}")));
             }
         }
-        if self.m * self.n > MAX_LAUNCH_ELEMENTS as usize - 1 {
-            return Err(Error::invalid("m", format!("x n = {} exceeds {}", self.m * self.n, MAX_LAUNCH_ELEMENTS - 1)));
+        if self.m * self.n > MAX_MATRIX {
+            return Err(Error::invalid("m", format!("x n = {} exceeds {MAX_MATRIX}", self.m * self.n)));
         }
-        let mut extents = [0usize; 3];
+        let (mut extents, mut spans) = ([0usize; 3], [0usize; 3]);
         for (i, operand) in [Operand::A, Operand::B, Operand::C].into_iter().enumerate() {
             let (ld, stride, ld_name, stride_name) = match operand {
                 Operand::A => (self.lda, self.stride_a, "lda", "stride_a"),
@@ -125,13 +129,14 @@ impl BatchedGemm {
                     format!("= {stride} makes the matrices of C overlap (each spans {span} elements)"),
                 ));
             }
+            spans[i] = span;
             extents[i] = stride
                 .checked_mul(self.batch - 1)
                 .and_then(|v| v.checked_add(span))
                 .filter(|v| v.checked_mul(size_of::<Complex32>()).is_some())
                 .ok_or_else(|| Error::invalid(stride_name, "makes the batch larger than the address space"))?;
         }
-        Ok(Extents { a: extents[0], b: extents[1], c: extents[2] })
+        Ok(Extents { a: extents[0], b: extents[1], c: extents[2], span: spans })
     }
 
     /// [`BatchedGemm::validate`], and buffers of `a`, `b` and `c` elements at least as long
@@ -199,13 +204,108 @@ pub struct PlanarMut<'a, P> {
     pub im: &'a mut P,
 }
 
-/// `C[b] = α·op(A[b])·op(B[b]) + β·C[b]` on `stream`, interleaved storage. Where β is zero,
-/// C is only written (it may hold anything before, NaN included).
+/// Whether the column-major `g`'s A and B are stored with k contiguous: what a `Large`
+/// variant is compiled for.
+fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
+    [cm.op_a != Op::N, cm.op_b == Op::N]
+}
+
+/// The variant the heuristic gives `g` (interleaved storage unless `planar`):
+/// - `Whole` where the matrices fit a block whole: 1 row (column) per thread up to 16, 2 up
+///   to 32, 4 beyond;
+/// - else `Large` where C's sides are both at least 32 (4 rows or columns per thread from
+///   64, else 2) or one is at least 64 and the other 8 (a 16 x 64 tile);
+/// - else `Tiled`, 4 rows (columns) per thread from 24 on, 2 from 12, else 1.
+///
+/// Planar storage takes `Tiled`.
+pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
+    let cm = g.column_major();
+    let kc = k_contiguous(&cm);
+    if !planar {
+        let whole_side = |extent: usize| match extent {
+            0..=16 => 1,
+            17..=32 => 2,
+            _ => 4,
+        };
+        if let Some(tile) = cgemm_tile(Family::Whole, whole_side(cm.m), whole_side(cm.n), kc)
+            && shape(g, tile).is_some()
+        {
+            return tile;
+        }
+        let large_side = |extent: usize| if extent >= 64 { 4 } else { 2 };
+        let large = match (cm.m, cm.n) {
+            (32.., 32..) => cgemm_tile(Family::Large, large_side(cm.m), large_side(cm.n), kc),
+            (8.., 64..) => cgemm_tile(Family::Large, 1, 4, kc),
+            _ => None,
+        };
+        if let Some(tile) = large {
+            return tile;
+        }
+    }
+    let side = |extent: usize| match extent {
+        24.. => 4,
+        12.. => 2,
+        _ => 1,
+    };
+    cgemm_tile(Family::Tiled, side(cm.m), side(cm.n), kc).expect("CGEMM_TILES covers every pair of 1, 2 and 4")
+}
+
+/// How `tile` tiles `g` (sizes of the column-major problem); `None` where `tile` cannot
+/// compute it (a `Whole` one that cannot hold its matrices, a `Large` one compiled for
+/// other stored layouts).
+pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
+    let cm = g.column_major();
+    let u = |v: usize| v as u32; // validate() bounds every extent by i32::MAX
+    let (m, n, k, batch) = (u(cm.m), u(cm.n), u(cm.k), u(cm.batch));
+    match tile.family {
+        Family::Tiled => Some(CgemmShape::new(*tile, m, n, k, batch)),
+        Family::Large => (tile.k_contiguous == Some(k_contiguous(&cm))).then(|| CgemmShape::large(*tile)),
+        Family::Whole => {
+            let span = cm.validate().ok()?.span;
+            if span[2] > i32::MAX as usize {
+                return None; // its outputs are addressed in 32 bits within a matrix
+            }
+            let small = |stride: usize, span: usize| (stride.min(1 << 20) as u32, span.min(1 << 20) as u32);
+            CgemmShape::whole(*tile, m, n, k, batch, small(cm.stride_a, span[0]), small(cm.stride_b, span[1]))
+        }
+    }
+}
+
+/// `C[b] = α·op(A[b])·op(B[b]) + β·C[b]` on `stream`, interleaved storage, with the
+/// heuristic's tile. Where β is zero, C is only written (it may hold anything before, NaN
+/// included).
 #[allow(clippy::too_many_arguments)]
 pub fn cgemm(
     gpu: &Gpu,
     stream: &CudaStream,
     g: &BatchedGemm,
+    alpha: Complex32,
+    a: &impl DevicePtr<Complex32>,
+    b: &impl DevicePtr<Complex32>,
+    beta: Complex32,
+    c: &mut impl DevicePtrMut<Complex32>,
+) -> Result<()> {
+    let tile = choose_tile(g, false);
+    let aligned = |p: u64| p.is_multiple_of(16);
+    let tile = if tile.family == Family::Whole && !(aligned(a.device_ptr(stream).0) && aligned(b.device_ptr(stream).0))
+    {
+        choose_tile(g, true) // the tiled kernel's choice, which takes any alignment
+    } else {
+        tile
+    };
+    cgemm_with_tile(gpu, stream, g, tile, alpha, a, b, beta, c)
+}
+
+/// [`cgemm`] with a variant of the caller's choice: any `Tiled` one computes any problem; a
+/// `Whole` one needs matrices it holds and a `Large` one the stored layouts it was compiled
+/// for (else [`Error::InvalidShape`]); `Whole` needs 16-byte-aligned A and B (else
+/// [`Error::Misaligned`]).
+#[allow(clippy::too_many_arguments)]
+pub fn cgemm_with_tile(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    g: &BatchedGemm,
+    tile: &CgemmTile,
     alpha: Complex32,
     a: &impl DevicePtr<Complex32>,
     b: &impl DevicePtr<Complex32>,
@@ -218,7 +318,14 @@ pub fn cgemm(
         let (a_ptr, _as) = a.device_ptr(stream);
         let (b_ptr, _bs) = b.device_ptr(stream);
         let (c_ptr, _cs) = c.device_ptr_mut(stream);
-        launch(gpu, stream, g, alpha, beta, false, [a_ptr, 0], [b_ptr, 0], [c_ptr, 0])?;
+        for (buffer, ptr) in [("a", a_ptr), ("b", b_ptr)] {
+            if tile.family == Family::Whole && !ptr.is_multiple_of(16) {
+                let reason = "the Whole variants copy operands with 16-byte loads";
+                return Err(Error::Misaligned { buffer, align: 16, reason });
+            }
+        }
+        let lengths = [a.len() as u64, b.len() as u64];
+        launch(gpu, stream, g, tile, alpha, beta, false, [a_ptr, 0], [b_ptr, 0], [c_ptr, 0], lengths)?;
     }
     gpu.check_deferred()
 }
@@ -235,8 +342,29 @@ pub fn cgemm_planar<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
     beta: Complex32,
     c: PlanarMut<'_, Q>,
 ) -> Result<()> {
+    cgemm_planar_with_tile(gpu, stream, g, choose_tile(g, true), alpha, a, b, beta, c)
+}
+
+/// [`cgemm_planar`] with a `Tiled` variant of the caller's choice (the others take
+/// interleaved storage only: [`Error::InvalidShape`]).
+#[allow(clippy::too_many_arguments)]
+pub fn cgemm_planar_with_tile<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    g: &BatchedGemm,
+    tile: &CgemmTile,
+    alpha: Complex32,
+    a: Planar<'_, P>,
+    b: Planar<'_, P>,
+    beta: Complex32,
+    c: PlanarMut<'_, Q>,
+) -> Result<()> {
+    if tile.family != Family::Tiled {
+        return Err(Error::invalid("tile", format!("{} takes interleaved storage only", tile.name)));
+    }
     // Each part must hold the elements; the shorter of a pair decides.
-    g.check_lengths(a.re.len().min(a.im.len()), b.re.len().min(b.im.len()), c.re.len().min(c.im.len()))?;
+    let (a_len, b_len) = (a.re.len().min(a.im.len()), b.re.len().min(b.im.len()));
+    g.check_lengths(a_len, b_len, c.re.len().min(c.im.len()))?;
     check_owner(
         gpu,
         &[
@@ -255,7 +383,7 @@ pub fn cgemm_planar<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
         let (bi, _bis) = b.im.device_ptr(stream);
         let (cr, _crs) = c.re.device_ptr_mut(stream);
         let (ci, _cis) = c.im.device_ptr_mut(stream);
-        launch(gpu, stream, g, alpha, beta, true, [ar, ai], [br, bi], [cr, ci])?;
+        launch(gpu, stream, g, tile, alpha, beta, true, [ar, ai], [br, bi], [cr, ci], [a_len as u64, b_len as u64])?;
     }
     gpu.check_deferred()
 }
@@ -267,11 +395,23 @@ fn check_owner(gpu: &Gpu, streams: &[(&str, &std::sync::Arc<CudaStream>)]) -> Re
     Ok(())
 }
 
-/// The kernel parameters of batches `[first, first + count)` of the column-major `g`.
-pub fn params(g: &BatchedGemm, alpha: Complex32, beta: Complex32, first: u64, count: u64) -> CgemmParams {
+/// The kernel parameters of batches `[first, first + count)` of the column-major `g` tiled
+/// as `shape`, buffer addresses left at 0.
+pub fn params(
+    g: &BatchedGemm,
+    shape: &CgemmShape,
+    alpha: Complex32,
+    beta: Complex32,
+    first: u64,
+    count: u64,
+) -> CgemmParams {
     let g = g.column_major();
+    let spans = g.validate().map(|e| e.span).unwrap_or_default();
     let u = |v: usize| v as u32; // validate() bounds every extent by i32::MAX
-    let mn = u(g.m * g.n);
+    let div = |d: u32| MagicDiv::new(d).expect("tile extents are at least 1");
+    let (row_tiles, col_tiles) = shape.tiles(u(g.m), u(g.n));
+    let (a_inner, b_inner) =
+        (if g.op_a == Op::N { shape.bm } else { shape.bk }, if g.op_b == Op::N { shape.bk } else { shape.bn });
     CgemmParams {
         a: 0,
         b: 0,
@@ -283,6 +423,8 @@ pub fn params(g: &BatchedGemm, alpha: Complex32, beta: Complex32, first: u64, co
         stride_b: g.stride_b as u64,
         stride_c: g.stride_c as u64,
         batch_base: first,
+        a_len: 0,
+        b_len: 0,
         alpha,
         beta,
         m: u(g.m),
@@ -291,47 +433,94 @@ pub fn params(g: &BatchedGemm, alpha: Complex32, beta: Complex32, first: u64, co
         lda: u(g.lda),
         ldb: u(g.ldb),
         ldc: u(g.ldc),
-        elements: (count * mn as u64) as u32,
+        batches: count as u32,
+        items: (count.div_ceil(shape.per_block() as u64) * (row_tiles * col_tiles) as u64) as u32,
+        op_a: g.op_a as u32,
+        op_b: g.op_b as u32,
+        planar: 0,
         beta_zero: (beta == Complex32::ZERO) as u32,
-        per_matrix: MagicDiv::new(mn).expect("validated m, n >= 1"),
-        per_column: MagicDiv::new(u(g.m)).expect("validated m >= 1"),
+        bm: shape.bm,
+        bn: shape.bn,
+        bk: shape.bk,
+        chunks: shape.chunks(u(g.k)),
+        per_round: shape.per_round,
+        rounds: shape.rounds,
+        per_block: shape.per_block(),
+        thread_cols: shape.thread_cols,
+        a_pitch: shape.a_pitch(),
+        b_pitch: shape.b_pitch(),
+        a_matrix: shape.a_matrix(),
+        b_matrix: shape.b_matrix(),
+        a_extent: spans[0].min(u32::MAX as usize) as u32,
+        b_extent: spans[1].min(u32::MAX as usize) as u32,
+        tiles: div(row_tiles * col_tiles),
+        row_tiles: div(row_tiles),
+        threads_per_matrix: div(shape.thread_rows * shape.thread_cols),
+        thread_rows: div(shape.thread_rows),
+        a_chunk: div(shape.bm * shape.bk),
+        a_inner: div(a_inner),
+        b_chunk: div(shape.bk * shape.bn),
+        b_inner: div(b_inner),
     }
 }
 
-/// Batches per launch: as many as keep the flat output index below 2^31.
-pub fn batches_per_launch(g: &BatchedGemm) -> u64 {
-    ((MAX_LAUNCH_ELEMENTS - 1) / (g.m * g.n) as u64).max(1)
+/// The launches that cover `g`'s batch: `(first, count, items)`, each within [`MAX_ITEMS`]
+/// work items.
+pub fn launches(g: &BatchedGemm, shape: &CgemmShape) -> Vec<(u64, u64, u32)> {
+    let cm = g.column_major();
+    let (row_tiles, col_tiles) = shape.tiles(cm.m as u32, cm.n as u32);
+    let tiles = row_tiles as u64 * col_tiles as u64;
+    let per_block = shape.per_block() as u64;
+    let per_launch = (MAX_ITEMS / tiles).max(1) * per_block;
+    let mut out = Vec::new();
+    let mut first = 0u64;
+    while first < g.batch as u64 {
+        let count = (g.batch as u64 - first).min(per_launch);
+        out.push((first, count, (count.div_ceil(per_block) * tiles) as u32));
+        first += count;
+    }
+    out
 }
 
-/// Launches the element kernel over the whole batch; `[re, im]` addresses (im 0 when interleaved).
+/// Launches `tile` over the whole batch; `[re, im]` addresses (im 0 when interleaved).
 #[allow(clippy::too_many_arguments)]
 fn launch(
     gpu: &Gpu,
     stream: &CudaStream,
     g: &BatchedGemm,
+    tile: &CgemmTile,
     alpha: Complex32,
     beta: Complex32,
     planar: bool,
     a: [u64; 2],
     b: [u64; 2],
     c: [u64; 2],
+    lengths: [u64; 2],
 ) -> Result<()> {
-    let cm = g.column_major();
     // Row-major swaps the operands along with their strides and ops.
-    let (a, b) = if g.layout == Layout::RowMajor { (b, a) } else { (a, b) };
-    let kernel = cgemm_kernel(cm.op_a, cm.op_b, planar);
-    let per_launch = batches_per_launch(g);
-    let mut first = 0u64;
-    while first < g.batch as u64 {
-        let count = (g.batch as u64 - first).min(per_launch);
-        let mut p = params(g, alpha, beta, first, count);
+    let ((a, b), lengths) =
+        if g.layout == Layout::RowMajor { ((b, a), [lengths[1], lengths[0]]) } else { ((a, b), lengths) };
+    let shape =
+        shape(g, tile).ok_or_else(|| Error::invalid("tile", format!("{} does not compute this problem", tile.name)))?;
+    // Whole blocks walk their items grid-stride: as many as the SMs hold at once.
+    let resident = match tile.family {
+        Family::Whole => gpu.resident_blocks(tile.name, CGEMM_THREADS, shape.smem_bytes())?.max(1) * gpu.sm_count(),
+        Family::Tiled | Family::Large => u32::MAX,
+    };
+    for (first, count, items) in launches(g, &shape) {
+        let mut p = params(g, &shape, alpha, beta, first, count);
         (p.a, p.a_im, p.b, p.b_im, p.c, p.c_im) = (a[0], a[1], b[0], b[1], c[0], c[1]);
-        let blocks = (p.elements as u64).div_ceil(CGEMM_THREADS as u64) as u32;
-        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (CGEMM_THREADS, 1, 1), shared_mem_bytes: 0 };
+        (p.a_len, p.b_len) = (lengths[0], lengths[1]);
+        p.planar = planar as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (items.min(resident), 1, 1),
+            block_dim: (CGEMM_THREADS, 1, 1),
+            shared_mem_bytes: shape.smem_bytes(),
+        };
         // Safety: validate() and the length checks guarantee every offset the kernel forms
-        // (batch · stride + row + col · ld, below each extent) lies inside its buffer.
-        unsafe { gpu.launch(stream, kernel.name, cfg, p) }?;
-        first += count;
+        // (batch · stride + row + col · ld, below each extent) lies inside its buffer, and
+        // the shape's shared memory holds every slot it stages.
+        unsafe { gpu.launch(stream, tile.name, cfg, p) }?;
     }
     Ok(())
 }

@@ -115,6 +115,14 @@ impl Gpu {
         Ok(f)
     }
 
+    /// Blocks of `threads` threads and `smem_bytes` of dynamic shared memory that one SM holds
+    /// at once running kernel `name`.
+    pub(crate) fn resident_blocks(&self, name: &'static str, threads: u32, smem_bytes: u32) -> Result<u32> {
+        self.function(name)?
+            .occupancy_max_active_blocks_per_multiprocessor(threads, smem_bytes as usize, None)
+            .during("cuOccupancyMaxActiveBlocksPerMultiprocessor")
+    }
+
     /// Launches kernel `name` with its parameter struct on `stream` (checked to be ours).
     ///
     /// # Safety

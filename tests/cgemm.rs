@@ -4,51 +4,306 @@
 
 use convkit::{
     Error,
-    cgemm::{self, BatchedGemm, Complex32, Layout, Op},
+    cgemm::{self, BatchedGemm, CGEMM_TILES, CgemmTile, Complex32, Family, Layout, Op},
     harness::{
-        cgemm::{CgemmCase, compare, load_suite, random_case},
+        cgemm::{CgemmCase, compare, load_suite, random_case, variants},
         check,
         reference::host_uniform,
     },
 };
-use kernels_gpu::{cgemm::ElementCoords, random::mix};
+use kernels_gpu::{
+    cgemm::{CGEMM_THREADS, CgemmShape, LARGE_BK, STAGE_ELEMENTS, ThreadCoords, large_element},
+    random::mix,
+};
 
 fn complex(seed: u64, len: usize) -> Vec<Complex32> {
     host_uniform(seed, 2 * len).chunks(2).map(|p| Complex32::new(p[0], p[1])).collect()
 }
 
-/// What the launcher and the kernel compute, element by element, on the CPU.
-fn emulate(case: &CgemmCase, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
+/// What the launcher and the tiled kernel compute with `tile`, block by block and thread by
+/// thread on the CPU, with the kernel's own index math (the launcher's parameters, operand swap
+/// for row-major, launch split, staging slots, thread and output coordinates). Asserts what
+/// the kernel relies on: every slot a thread reads for an output of its tile was staged in the
+/// same step, no slot is staged twice, every access inside the block's shared memory, and
+/// each output written once.
+fn emulate(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
+    match tile.family {
+        Family::Whole => return emulate_whole(case, tile, a, b, c),
+        Family::Large => return emulate_large(case, tile, a, b, c),
+        Family::Tiled => {}
+    }
+    let g = &case.g;
+    let (a, b) = if g.layout == Layout::RowMajor { (b, a) } else { (a, b) };
+    let shape = cgemm::shape(g, tile).unwrap();
+    assert!(shape.staged() <= STAGE_ELEMENTS, "{shape:?}");
+    let (tm, tn) = (tile.tm as usize, tile.tn as usize);
+    let mut written = vec![0u8; c.len()];
+    let input = c.to_vec();
+    let smem_len = (shape.smem_bytes() / 8) as usize;
+    let threads: Vec<_> = (0..CGEMM_THREADS).map(|t| shape_thread(&shape, t)).collect();
+    for (first, count, items) in cgemm::launches(g, &shape) {
+        let p = cgemm::params(g, &shape, case.alpha, case.beta, first, count);
+        assert_eq!(p.items, items);
+        let b_region = (p.per_block * p.a_matrix) as usize;
+        // Any grid walks the same items; each item's steps run in order.
+        for item in 0..items {
+            let at = p.item_coords(item);
+            let mut smem = vec![Complex32::ZERO; smem_len];
+            let mut acc = vec![Complex32::ZERO; (CGEMM_THREADS * p.rounds) as usize * tm * tn];
+            for chunk in 0..p.chunks {
+                let l0 = chunk * p.bk;
+                let mut staged = vec![false; smem_len];
+                for e in 0..p.staged() {
+                    let (is_a, s) = p.stage(e, at, l0);
+                    let slot = s.slot as usize;
+                    assert!(
+                        if is_a { slot < b_region } else { slot >= b_region && slot < smem_len },
+                        "{case}: slot {slot}"
+                    );
+                    assert!(!staged[slot], "{case}: slot {slot} staged twice");
+                    staged[slot] = true;
+                    let (src, op) = if is_a { (a, p.op_a) } else { (b, p.op_b) };
+                    let v = s.offset.map_or(Complex32::ZERO, |o| src[o as usize]);
+                    smem[slot] = if op == Op::C as u32 { v.conj() } else { v };
+                }
+                let length = (p.k - l0).min(p.bk);
+                for (t, me) in threads.iter().enumerate().filter(|(_, me)| me.matrix < p.per_round) {
+                    for round in 0..p.rounds {
+                        let matrix = me.matrix + round * p.per_round;
+                        let cell0 = ((t * p.rounds as usize + round as usize) * tm) * tn;
+                        for l in 0..length {
+                            for i in 0..tm {
+                                for j in 0..tn {
+                                    let (row, col) =
+                                        (me.row + i as u32 * p.thread_rows.divisor, me.col + j as u32 * p.thread_cols);
+                                    let x = (matrix * p.a_matrix + l * p.a_pitch + row) as usize;
+                                    let y = b_region + (matrix * p.b_matrix + l * p.b_pitch + col) as usize;
+                                    assert!(x < smem_len && y < smem_len, "{case}: a read past shared memory");
+                                    // Rows (columns) past the block tile read padding; their outputs are dropped.
+                                    assert!(
+                                        row >= p.bm || col >= p.bn || staged[x] && staged[y],
+                                        "{case}: unstaged read"
+                                    );
+                                    let cell = &mut acc[cell0 + i * tn + j];
+                                    *cell = smem[x].mul_add(smem[y], *cell);
+                                }
+                            }
+                        }
+                        if chunk + 1 == p.chunks {
+                            let t_round = ThreadCoords { matrix, ..*me };
+                            for i in 0..tm {
+                                for j in 0..tn {
+                                    if let Some(o) = p.output(at, t_round, i as u32, j as u32) {
+                                        let o = o as usize;
+                                        written[o] += 1;
+                                        c[o] = p.epilogue(acc[cell0 + i * tn + j], || input[o]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");
+}
+
+/// The `Whole` kernel on the CPU: each block's verbatim copies (pair by pair, as the kernel
+/// loads and stores them), then every thread's register tile read through the ops. Asserts
+/// that the copies stay inside the buffers and shared memory and that each output is written
+/// once.
+fn emulate_whole(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
     let g = &case.g;
     let cm = g.column_major();
     let (a, b) = if g.layout == Layout::RowMajor { (b, a) } else { (a, b) };
-    let per_launch = cgemm::batches_per_launch(g);
-    let mut first = 0;
-    while first < g.batch as u64 {
-        let count = (g.batch as u64 - first).min(per_launch);
-        let p = cgemm::params(g, case.alpha, case.beta, first, count);
-        let input = c.to_vec();
-        for flat in 0..p.elements {
-            let at: ElementCoords = p.element_coords(flat);
-            let v = p.element(cm.op_a, cm.op_b, at, |i| a[i as usize], |i| b[i as usize], |i| input[i as usize]);
-            c[p.c_offset(at) as usize] = v;
+    let shape = cgemm::shape(g, tile).expect("a Whole variant that holds the matrices");
+    let (tm, tn) = (tile.tm, tile.tn);
+    let mut written = vec![0u8; c.len()];
+    let input = c.to_vec();
+    let threads: Vec<_> = (0..CGEMM_THREADS).map(|t| shape_thread(&shape, t)).collect();
+    for (first, count, items) in cgemm::launches(g, &shape) {
+        let mut p = cgemm::params(g, &shape, case.alpha, case.beta, first, count);
+        (p.a_len, p.b_len) = (a.len() as u64, b.len() as u64);
+        for item in 0..items {
+            let at = p.item_coords(item);
+            let copies = p.whole_copies(at);
+            let matrices = p.whole_matrices(at);
+            let mut smem = vec![Complex32::new(f32::NAN, f32::NAN); (shape.smem_bytes() / 8) as usize];
+            let mut region = 0usize;
+            let mut bases = [0usize; 2];
+            for (which, (copy, src)) in copies.iter().zip([a, b]).enumerate() {
+                bases[which] = region;
+                for q in 0..copy.pairs {
+                    let pair = copy.pair(q);
+                    let e = 2 * (copy.first_pair + q as u64) as usize;
+                    assert!(e + (pair.vector as usize) < src.len(), "{case}: a load past the buffer");
+                    for (half, slot) in pair.slots.iter().enumerate() {
+                        if let Some(slot) = slot {
+                            smem[region + *slot as usize] = src[e + half];
+                        }
+                    }
+                }
+                region += copy.count as usize;
+            }
+            assert!(region <= smem.len(), "{case}: copies past shared memory");
+            let (a_row, a_l) = if cm.op_a == Op::N { (1, cm.lda) } else { (cm.lda, 1) };
+            let (b_l, b_col) = if cm.op_b == Op::N { (1, cm.ldb) } else { (cm.ldb, 1) };
+            let c_item = ((first + at.first as u64) as usize) * cm.stride_c;
+            for me in threads.iter().filter(|me| me.matrix < p.per_round) {
+                for round in 0..p.rounds {
+                    let matrix = me.matrix + round * p.per_round;
+                    if matrix >= matrices {
+                        break;
+                    }
+                    for i in 0..tm {
+                        for j in 0..tn {
+                            let (row, col) =
+                                ((me.row + i * p.thread_rows.divisor) as usize, (me.col + j * p.thread_cols) as usize);
+                            let (row, col) = (row.min(cm.m - 1), col.min(cm.n - 1));
+                            let mut acc = Complex32::ZERO;
+                            for l in 0..cm.k {
+                                let mut x = smem[bases[0] + matrix as usize * cm.stride_a + row * a_row + l * a_l];
+                                let mut y = smem[bases[1] + matrix as usize * cm.stride_b + l * b_l + col * b_col];
+                                if cm.op_a == Op::C {
+                                    x = x.conj();
+                                }
+                                if cm.op_b == Op::C {
+                                    y = y.conj();
+                                }
+                                acc = x.mul_add(y, acc);
+                            }
+                            if let Some(o) = p.whole_output(*me, i, j) {
+                                let o = c_item + matrix as usize * cm.stride_c + o as usize;
+                                written[o] += 1;
+                                c[o] = p.epilogue(acc, || input[o]);
+                            }
+                        }
+                    }
+                }
+            }
         }
-        first += count;
     }
+    assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");
+}
+
+/// The `Large` kernel on the CPU: per tile and chunk, each thread's staged elements (slot
+/// and offset from `large_element`, as the kernel computes them once per tile), then the
+/// 16 x 16 threads' register tiles at their constant shared-memory offsets.
+fn emulate_large(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
+    let g = &case.g;
+    let cm = g.column_major();
+    let (a, b) = if g.layout == Layout::RowMajor { (b, a) } else { (a, b) };
+    let shape = cgemm::shape(g, tile).expect("a Large variant for these layouts");
+    let [ak, bk] = tile.k_contiguous.unwrap();
+    let (tm, tn) = (tile.tm as usize, tile.tn as usize);
+    let (bm, bn) = (shape.bm, shape.bn);
+    let (a_pitch, b_pitch) = (bm + 1, bn + 1);
+    let b_region = (LARGE_BK * a_pitch) as usize;
+    assert_eq!(shape.smem_bytes() as usize, 8 * (b_region + (LARGE_BK * b_pitch) as usize));
+    let mut written = vec![0u8; c.len()];
+    let input = c.to_vec();
+    for (first, count, items) in cgemm::launches(g, &shape) {
+        let p = cgemm::params(g, &shape, case.alpha, case.beta, first, count);
+        for item in 0..items {
+            let at = p.item_coords(item);
+            let batch = (p.batch_base + at.first as u64) as usize;
+            let mut acc = vec![Complex32::ZERO; 256 * tm * tn];
+            let mut l0 = 0;
+            while l0 < p.k {
+                let mut smem = vec![Complex32::new(f32::NAN, f32::NAN); (shape.smem_bytes() / 8) as usize];
+                let mut staged = vec![false; smem.len()];
+                for t in 0..CGEMM_THREADS {
+                    for (per_thread, extent, pitch, kc, region, first, limit, ld, stride, src, conj) in [
+                        (tm, bm, a_pitch, ak, 0, at.row0, p.m, cm.lda, cm.stride_a, a, cm.op_a == Op::C),
+                        (tn, bn, b_pitch, bk, b_region, at.col0, p.n, cm.ldb, cm.stride_b, b, cm.op_b == Op::C),
+                    ] {
+                        for u in 0..per_thread as u32 {
+                            let (index, l) = large_element(t + u * CGEMM_THREADS, extent, kc);
+                            let slot = region + (l * pitch + index) as usize;
+                            assert!(!staged[slot], "{case}: slot staged twice");
+                            staged[slot] = true;
+                            let (i, ll) = ((first + index) as usize, (l0 + l) as usize);
+                            smem[slot] = if first + index < limit && l0 + l < p.k {
+                                let v = src[batch * stride + if kc { ll + i * ld } else { i + ll * ld }];
+                                if conj { v.conj() } else { v }
+                            } else {
+                                Complex32::ZERO
+                            };
+                        }
+                    }
+                }
+                for t in 0..CGEMM_THREADS as usize {
+                    let (tx, ty) = (t % 16, t / 16);
+                    for l in 0..LARGE_BK as usize {
+                        for i in 0..tm {
+                            for j in 0..tn {
+                                let x = l * a_pitch as usize + tx + 16 * i;
+                                let y = b_region + l * b_pitch as usize + ty + 16 * j;
+                                assert!(staged[x] && staged[y], "{case}: unstaged read");
+                                let cell = &mut acc[(t * tm + i) * tn + j];
+                                *cell = smem[x].mul_add(smem[y], *cell);
+                            }
+                        }
+                    }
+                }
+                l0 += LARGE_BK;
+            }
+            for t in 0..CGEMM_THREADS as usize {
+                let (tx, ty) = (t % 16, t / 16);
+                for i in 0..tm {
+                    for j in 0..tn {
+                        let (row, col) = (at.row0 as usize + tx + 16 * i, at.col0 as usize + ty + 16 * j);
+                        if row < cm.m && col < cm.n {
+                            let o = batch * cm.stride_c + row + col * cm.ldc;
+                            written[o] += 1;
+                            c[o] = p.epilogue(acc[(t * tm + i) * tn + j], || input[o]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");
+}
+
+/// A thread's coordinates, as the kernel unpacks them.
+fn shape_thread(shape: &CgemmShape, t: u32) -> ThreadCoords {
+    let per_matrix = shape.thread_rows * shape.thread_cols;
+    let (matrix, in_matrix) = (t / per_matrix, t % per_matrix);
+    ThreadCoords { matrix, row: in_matrix % shape.thread_rows, col: in_matrix / shape.thread_rows }
+}
+
+/// Every variant that computes `case` on the CPU against the f64 reference; how many ran.
+fn check_every_tile(case: &CgemmCase, seed: u64) -> usize {
+    let e = case.g.validate().unwrap();
+    let (a, b) = (complex(mix(seed, 1), e.a), complex(mix(seed, 2), e.b));
+    let c_in = complex(mix(seed, 3), e.c);
+    let mut ran = 0;
+    for tile in variants(case) {
+        ran += 1;
+        let mut c = c_in.clone();
+        emulate(case, tile, &a, &b, &mut c);
+        let stats = compare(case, &a, &b, &c_in, &c, case.g.batch);
+        assert!(stats.passed(), "{case} {} alpha {:?} beta {:?}: {stats:?}", tile.name, case.alpha, case.beta);
+    }
+    ran
 }
 
 #[test]
 fn the_kernels_arithmetic_matches_the_reference_on_random_problems() {
     let mut rng = check::rng(21);
-    for i in 0..300 {
-        let case = random_case(&mut rng, i);
-        let e = case.g.validate().unwrap();
-        let (a, b) = (complex(mix(i as u64, 1), e.a), complex(mix(i as u64, 2), e.b));
-        let c_in = complex(mix(i as u64, 3), e.c);
-        let mut c = c_in.clone();
-        emulate(&case, &a, &b, &mut c);
-        let stats = compare(&case, &a, &b, &c_in, &c, case.g.batch);
-        assert!(stats.passed(), "{case} alpha {:?} beta {:?}: {stats:?}", case.alpha, case.beta);
+    let mut others = 0;
+    for i in 0..150 {
+        others += check_every_tile(&random_case(&mut rng, i), i as u64) - 9;
+    }
+    assert!(others > 150, "the random problems exercise the Whole and Large variants ({others} runs)");
+    // Whole matrices many to a block, a tile of a tall matrix, chunks of k, and more
+    // matrices than one block's group.
+    for spec in
+        ["m=1,batch=700", "m=3,n=5,k=2,batch=3001,op=ct", "m=200,n=3,k=40,batch=3", "m=8,n=70,k=100,batch=5,op=tc"]
+    {
+        check_every_tile(&spec.parse().unwrap(), 7);
     }
 }
 
@@ -62,7 +317,7 @@ fn the_comparison_catches_wrong_and_stray_writes() {
     let e = case.g.validate().unwrap();
     let (a, b, c_in) = (complex(1, e.a), complex(2, e.b), complex(3, e.c));
     let mut c = c_in.clone();
-    emulate(&case, &a, &b, &mut c);
+    emulate(&case, cgemm::choose_tile(&case.g, false), &a, &b, &mut c);
     assert!(compare(&case, &a, &b, &c_in, &c, 4).passed());
     let mut wrong = c.clone();
     wrong[g.stride_c + 1].re += 1e-3;
@@ -81,7 +336,7 @@ fn beta_zero_never_reads_c() {
     let (a, b) = (complex(4, e.a), complex(5, e.b));
     let c_in = vec![Complex32::new(f32::NAN, f32::NAN); e.c];
     let mut c = c_in.clone();
-    emulate(&case, &a, &b, &mut c);
+    emulate(&case, cgemm::choose_tile(&case.g, false), &a, &b, &mut c);
     assert!(c.iter().all(|z| z.re.is_finite() && z.im.is_finite()));
     assert!(compare(&case, &a, &b, &c_in, &c, 3).passed());
 }
@@ -137,4 +392,57 @@ fn problem_syntax_round_trips_and_suites_parse() {
     assert_eq!(load_suite("square").unwrap().len(), 12);
     assert!(!load_suite("fftconv").unwrap().is_empty());
     assert!(load_suite("nope").is_err());
+}
+
+#[test]
+fn shapes_fit_shared_memory_and_cover_their_tiles() {
+    for tile in CGEMM_TILES.iter().filter(|t| t.family == Family::Tiled) {
+        for (m, n, k, batch) in
+            [(1, 1, 1, 1), (1, 1, 1, 1 << 20), (5, 5, 5, 9), (64, 64, 64, 3), (256, 1, 256, 99), (7, 300, 1000, 2)]
+        {
+            let s = CgemmShape::new(*tile, m, n, k, batch);
+            assert!(s.staged() <= STAGE_ELEMENTS && s.smem_bytes() <= 40 << 10, "{s:?}");
+            assert!(s.computing_threads() <= CGEMM_THREADS && s.per_round >= 1 && s.rounds >= 1 && s.bk >= 1, "{s:?}");
+            assert!(s.rounds == 1 || s.bk == k, "{s:?}: rounds need all of k in one step");
+            assert!(s.thread_rows * tile.tm >= s.bm && s.thread_cols * tile.tn >= s.bn, "{s:?}");
+            assert!(s.bk >= k.min(8), "{s:?}: a chunk of k shorter than 8");
+        }
+    }
+    let g = BatchedGemm::packed(4, 4, 4, 1000, Op::N, Op::N, Layout::ColMajor);
+    let tile = cgemm::choose_tile(&g, false);
+    assert_eq!(tile.family, Family::Whole);
+    let small = cgemm::shape(&g, tile).unwrap();
+    assert_eq!(
+        (small.bm, small.bn, small.bk, small.per_round, small.rounds),
+        (4, 4, 4, 16, 3),
+        "48 whole 4 x 4 matrices per block"
+    );
+    assert_eq!(cgemm::choose_tile(&g, true).family, Family::Tiled, "planar storage takes the tiled kernel");
+    let big = BatchedGemm::packed(64, 64, 64, 10, Op::N, Op::N, Layout::ColMajor);
+    assert_eq!(cgemm::choose_tile(&big, false).name, "cgemm_large_t4x4_mk");
+    assert_eq!(cgemm::choose_tile(&big, true).name, "cgemm_t4x4");
+}
+
+#[test]
+fn verbatim_copies_cover_their_range_once() {
+    use kernels_gpu::cgemm::VerbatimCopy;
+    for (from, count, len) in
+        [(0u64, 1u32, 1u64), (1, 1, 2), (3, 6, 9), (4, 5, 9), (5, 4, 9), (0, 2044, 4096), (7, 2044, 2051)]
+    {
+        let copy = VerbatimCopy::new(from, count, len);
+        let mut seen = vec![0; count as usize];
+        for q in 0..copy.pairs {
+            let pair = copy.pair(q);
+            let element = 2 * (copy.first_pair + q as u64);
+            assert!(element + (pair.vector as u64) < len, "{copy:?}: a load past the buffer");
+            for (half, slot) in pair.slots.iter().enumerate() {
+                if let Some(slot) = slot {
+                    assert_eq!(*slot as u64, element + half as u64 - from);
+                    assert!(half == 0 || pair.vector, "{copy:?}: the second element read by an 8-byte load");
+                    seen[*slot as usize] += 1;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&s| s == 1), "{copy:?}: {seen:?}");
+    }
 }

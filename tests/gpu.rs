@@ -301,8 +301,8 @@ fn cgemm_matches_the_reference_on_random_problems() {
     for i in 0..cases {
         let case = cgemm::random_case(&mut rng, i);
         let r = cgemm::check_case(&gpu, &case, mix(23, i as u64)).unwrap();
-        if !r.stats.passed() {
-            failures.push(format!("{case}: {:?}", r.stats));
+        if !r.passed() {
+            failures.push(format!("{case}: {}", r.failures().join("; ")));
         }
     }
     assert!(failures.is_empty(), "{} of {cases} problems failed:\n{}", failures.len(), failures.join("\n"));

@@ -6,7 +6,7 @@
 
 use convkit::ptx::PTX_MODULES;
 use kernels_gpu::{
-    cgemm::{CGEMM_KERNELS, CgemmParams},
+    cgemm::{CGEMM_TILES, CgemmParams},
     conv::direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
     random::{FILL_KERNEL, FillParams},
     timing::{GATE_KERNEL, GateParams},
@@ -17,7 +17,7 @@ use std::{collections::BTreeMap, path::PathBuf, process::Command};
 /// Every entry point the host launches, with the size of the one struct it takes.
 fn kernels() -> Vec<(&'static str, usize)> {
     let mut all: Vec<_> = DIRECT_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DirectFwdParams>())).collect();
-    all.extend(CGEMM_KERNELS.iter().map(|k| (k.name, size_of::<CgemmParams>())));
+    all.extend(CGEMM_TILES.iter().map(|t| (t.name, size_of::<CgemmParams>())));
     all.extend([
         (REFERENCE_KERNEL, size_of::<RefConvParams>()),
         (COMPARE_KERNEL, size_of::<CompareParams>()),

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::{
     Error, Gpu, Result,
-    cgemm::{self, BatchedGemm, Complex32, Layout, Op, Planar, PlanarMut},
+    cgemm::{self, BatchedGemm, CGEMM_TILES, CgemmTile, Complex32, Family, Layout, Op, Planar, PlanarMut},
     error::Context,
 };
 use cudarc::driver::{CudaSlice, CudaStream};
@@ -212,25 +212,25 @@ fn c_index(g: &BatchedGemm, b: usize, row: usize, col: usize) -> usize {
     b * g.stride_c + if g.layout == Layout::ColMajor { row + col * g.ldc } else { row * g.ldc + col }
 }
 
-/// Compares the first `batches` matrices of `c_out` with the f64 reference computed from
-/// `a`, `b` and `c_in` (C before the product), element by element: each of the real and
-/// imaginary parts within `2^-23 (8 + sqrt(2k + 4))` of the sum of the absolute values of
-/// the real products behind it. Every element of `c_out` outside C's matrices must equal
-/// `c_in` to the bit (counted as violations at `usize::MAX`).
-pub fn compare(
-    case: &CgemmCase,
-    a: &[Complex32],
-    b: &[Complex32],
-    c_in: &[Complex32],
-    c_out: &[Complex32],
-    batches: usize,
-) -> CompareStats {
+/// The f64 reference of the first matrices of a batch: each output's value and the sum of
+/// the absolute values behind it, computed once and compared with any number of results.
+pub struct Expected {
+    /// `(offset in C, re, im, magnitude)` per output.
+    outputs: Vec<(usize, f64, f64, f64)>,
+    /// Whether each element of C's buffer, up to `checked_end`, is an output.
+    inside: Vec<bool>,
+    checked_end: usize,
+    bound: Tolerance,
+}
+
+/// The reference for the first `batches` matrices of `case`, from `a`, `b` and `c_in` (C
+/// before the product).
+pub fn expected(case: &CgemmCase, a: &[Complex32], b: &[Complex32], c_in: &[Complex32], batches: usize) -> Expected {
     let g = &case.g;
-    let bound = Tolerance::f32_sum(2 * g.k as u64 + 4);
     let norm1 = |z: Complex32| (z.re.abs() + z.im.abs()) as f64;
     let (alpha, beta) = (case.alpha, case.beta);
-    let mut stats = CompareStats::EMPTY;
-    let mut inside = vec![false; c_out.len()];
+    let mut outputs = Vec::with_capacity(batches.min(g.batch) * g.m * g.n);
+    let mut inside = vec![false; c_in.len()];
     for batch in 0..batches.min(g.batch) {
         for row in 0..g.m {
             for col in 0..g.n {
@@ -253,32 +253,85 @@ pub fn compare(
                     (vr, vi) = (vr + br * cr - bi * ci, vi + br * ci + bi * cr);
                     magnitude += norm1(beta) * norm1(c_in[at]);
                 }
-                stats.add(at as u64, c_out[at].re, vr, magnitude, &bound);
-                stats.add(at as u64, c_out[at].im, vi, magnitude, &bound);
+                outputs.push((at, vr, vi, magnitude));
             }
         }
     }
     let matrices_checked = batches.min(g.batch);
-    let checked_end = if matrices_checked == g.batch { c_out.len() } else { matrices_checked * g.stride_c };
-    for (i, (o, before)) in c_out.iter().zip(c_in).enumerate().take(checked_end) {
-        if !inside[i] && o.re.to_bits() != before.re.to_bits() || !inside[i] && o.im.to_bits() != before.im.to_bits() {
-            stats.violations += 1;
-            stats.first_violation = stats.first_violation.min(i as u64);
-            stats.worst_ratio_bits = f64::INFINITY.to_bits();
-        }
-    }
-    stats
+    let checked_end = if matrices_checked == g.batch { c_in.len() } else { matrices_checked * g.stride_c };
+    Expected { outputs, inside, checked_end, bound: Tolerance::f32_sum(2 * g.k as u64 + 4) }
 }
 
-/// What `check cgemm` found on one case.
+impl Expected {
+    /// Each output's real and imaginary parts within `2^-23 (8 + sqrt(2k + 4))` of the sum of
+    /// the absolute values of the real products behind it; every element of `c_out` outside
+    /// C's matrices equal to `c_in`'s to the bit (counted as violations at ratio infinity).
+    pub fn compare(&self, c_in: &[Complex32], c_out: &[Complex32]) -> CompareStats {
+        let mut stats = CompareStats::EMPTY;
+        for &(at, re, im, magnitude) in &self.outputs {
+            stats.add(at as u64, c_out[at].re, re, magnitude, &self.bound);
+            stats.add(at as u64, c_out[at].im, im, magnitude, &self.bound);
+        }
+        for (i, (o, before)) in c_out.iter().zip(c_in).enumerate().take(self.checked_end) {
+            let same = o.re.to_bits() == before.re.to_bits() && o.im.to_bits() == before.im.to_bits();
+            if !self.inside[i] && !same {
+                stats.violations += 1;
+                stats.first_violation = stats.first_violation.min(i as u64);
+                stats.worst_ratio_bits = f64::INFINITY.to_bits();
+            }
+        }
+        stats
+    }
+}
+
+/// [`expected`] and [`Expected::compare`] in one.
+pub fn compare(
+    case: &CgemmCase,
+    a: &[Complex32],
+    b: &[Complex32],
+    c_in: &[Complex32],
+    c_out: &[Complex32],
+    batches: usize,
+) -> CompareStats {
+    expected(case, a, b, c_in, batches).compare(c_in, c_out)
+}
+
+/// What `check cgemm` found on one case, with every variant that computes it.
 #[derive(Clone, Debug)]
 pub struct CgemmCheck {
     pub case: CgemmCase,
-    pub stats: CompareStats,
+    /// Per variant, in [`CGEMM_TILES`]' order.
+    pub tiles: Vec<(&'static CgemmTile, CompareStats)>,
 }
 
-/// Checks one case: random A, B and C (NaN where β = 0, which must then not be read), our
-/// kernel, and every element of C's buffer against the reference.
+impl CgemmCheck {
+    pub fn passed(&self) -> bool {
+        self.tiles.iter().all(|(_, s)| s.passed())
+    }
+
+    /// The worst error ratio over the tiles.
+    pub fn worst_ratio(&self) -> f64 {
+        self.tiles.iter().map(|(_, s)| s.worst_ratio()).fold(0.0, f64::max)
+    }
+
+    /// The tiles that failed, with their first bad element.
+    pub fn failures(&self) -> Vec<String> {
+        self.tiles
+            .iter()
+            .filter(|(_, s)| !s.passed())
+            .map(|(t, s)| format!("{}: {} beyond, first at {}", t.name, s.violations, s.first_violation))
+            .collect()
+    }
+}
+
+/// The variants that compute `case`: every `Tiled` one, and with interleaved storage the
+/// `Whole` ones that hold its matrices and the `Large` ones for its stored layouts.
+pub fn variants(case: &CgemmCase) -> impl Iterator<Item = &'static CgemmTile> + '_ {
+    CGEMM_TILES.iter().filter(|t| t.family == Family::Tiled || !case.planar && cgemm::shape(&case.g, t).is_some())
+}
+
+/// Checks one case with every variant that computes it: random A, B and C (NaN where β = 0, which must
+/// then not be read), and every element of C's buffer against the reference.
 pub fn check_case(gpu: &Gpu, case: &CgemmCase, seed: u64) -> Result<CgemmCheck> {
     let extents = case.g.validate()?;
     let complex = |seed: u64, len: usize| -> Vec<Complex32> {
@@ -297,33 +350,42 @@ pub fn check_case(gpu: &Gpu, case: &CgemmCase, seed: u64) -> Result<CgemmCheck> 
             }
         }
     }
+    let truth = expected(case, &a, &b, &c_in, case.g.batch);
     let stream = gpu.stream();
-    let c_out = if case.planar {
+    let mut tiles = Vec::new();
+    if case.planar {
         let split = |v: &[Complex32]| -> Result<(CudaSlice<f32>, CudaSlice<f32>)> {
             let re: Vec<f32> = v.iter().map(|z| z.re).collect();
             let im: Vec<f32> = v.iter().map(|z| z.im).collect();
             Ok((gpu.upload(&re)?, gpu.upload(&im)?))
         };
-        let ((ar, ai), (br, bi), (mut cr, mut ci)) = (split(&a)?, split(&b)?, split(&c_in)?);
-        cgemm::cgemm_planar(
-            gpu,
-            stream,
-            &case.g,
-            case.alpha,
-            Planar { re: &ar, im: &ai },
-            Planar { re: &br, im: &bi },
-            case.beta,
-            PlanarMut { re: &mut cr, im: &mut ci },
-        )?;
-        let (re, im) = (gpu.download(&cr)?, gpu.download(&ci)?);
-        re.into_iter().zip(im).map(|(re, im)| Complex32::new(re, im)).collect()
+        let ((ar, ai), (br, bi)) = (split(&a)?, split(&b)?);
+        for tile in variants(case) {
+            let (mut cr, mut ci) = split(&c_in)?;
+            cgemm::cgemm_planar_with_tile(
+                gpu,
+                stream,
+                &case.g,
+                tile,
+                case.alpha,
+                Planar { re: &ar, im: &ai },
+                Planar { re: &br, im: &bi },
+                case.beta,
+                PlanarMut { re: &mut cr, im: &mut ci },
+            )?;
+            let (re, im) = (gpu.download(&cr)?, gpu.download(&ci)?);
+            let c_out: Vec<Complex32> = re.into_iter().zip(im).map(|(re, im)| Complex32::new(re, im)).collect();
+            tiles.push((tile, truth.compare(&c_in, &c_out)));
+        }
     } else {
-        let (a_dev, b_dev, mut c_dev) = (gpu.upload(&a)?, gpu.upload(&b)?, gpu.upload(&c_in)?);
-        cgemm::cgemm(gpu, stream, &case.g, case.alpha, &a_dev, &b_dev, case.beta, &mut c_dev)?;
-        gpu.download(&c_dev)?
-    };
-    let stats = compare(case, &a, &b, &c_in, &c_out, case.g.batch);
-    Ok(CgemmCheck { case: case.clone(), stats })
+        let (a_dev, b_dev) = (gpu.upload(&a)?, gpu.upload(&b)?);
+        for tile in variants(case) {
+            let mut c_dev = gpu.upload(&c_in)?;
+            cgemm::cgemm_with_tile(gpu, stream, &case.g, tile, case.alpha, &a_dev, &b_dev, case.beta, &mut c_dev)?;
+            tiles.push((tile, truth.compare(&c_in, &gpu.download(&c_dev)?)));
+        }
+    }
+    Ok(CgemmCheck { case: case.clone(), tiles })
 }
 
 /// One implementation on one problem.
@@ -345,8 +407,11 @@ pub struct CgemmRow {
     pub sets: usize,
     /// Matrices of set 0 compared with the f64 reference.
     pub checked_batches: usize,
-    /// `candidates[0]` is ours.
+    /// `candidates[0]` is ours (the heuristic's variant), then cuBLAS's two, then any
+    /// variants timed on request (named after them).
     pub candidates: Vec<CgemmCandidate>,
+    /// The variant the heuristic chose.
+    pub variant: &'static str,
 }
 
 impl CgemmRow {
@@ -356,7 +421,7 @@ impl CgemmRow {
 
     /// cuBLAS's fastest correct result.
     pub fn best_cublas(&self) -> Option<&CgemmCandidate> {
-        self.candidates[1..].iter().filter(|c| c.violations == 0).min_by(|a, b| a.timing.p50.total_cmp(&b.timing.p50))
+        self.candidates[1..3].iter().filter(|c| c.violations == 0).min_by(|a, b| a.timing.p50.total_cmp(&b.timing.p50))
     }
 
     pub fn speedup(&self) -> Option<f64> {
@@ -376,13 +441,16 @@ impl CgemmRow {
     }
 }
 
-/// Times one problem: ours and both cuBLAS GEMMs, interleaved, inputs rotated over
+/// Times one problem: ours (the heuristic's variant), both cuBLAS GEMMs and each of
+/// `variants` (those that compute the problem), interleaved, inputs rotated over
 /// `min_working_set` bytes, each output of set 0 (its first matrices) checked first.
+#[allow(clippy::too_many_arguments)]
 pub fn bench_case(
     gpu: &Gpu,
     queue: &mut GpuQueue,
     cublas: &Cublas,
     case: &CgemmCase,
+    variants: &[&'static CgemmTile],
     seed: u64,
     schedule: Schedule,
     min_working_set: usize,
@@ -413,7 +481,9 @@ pub fn bench_case(
     let b0 = gpu.download(&b.slice(0..extents.b))?;
     let c0 = gpu.download(&c.slice(0..extents.c))?;
 
-    let names: [&'static str; 3] = ["convkit", CublasGemm::Cgemm.name(), CublasGemm::Cgemm3m.name()];
+    let variants: Vec<_> = variants.iter().filter(|t| cgemm::shape(g, t).is_some()).collect();
+    let mut names: Vec<&'static str> = vec!["convkit", CublasGemm::Cgemm.name(), CublasGemm::Cgemm3m.name()];
+    names.extend(variants.iter().map(|t| t.name));
     let run = |which: usize, launch: usize, c: &mut CudaSlice<Complex32>| -> Result<()> {
         let set = launch % sets;
         let (a, b) = (
@@ -424,7 +494,8 @@ pub fn bench_case(
         match which {
             0 => cgemm::cgemm(gpu, stream, g, case.alpha, &a, &b, case.beta, &mut c),
             1 => cublas.gemm(CublasGemm::Cgemm, g, case.alpha, &a, &b, case.beta, &mut c),
-            _ => cublas.gemm(CublasGemm::Cgemm3m, g, case.alpha, &a, &b, case.beta, &mut c),
+            2 => cublas.gemm(CublasGemm::Cgemm3m, g, case.alpha, &a, &b, case.beta, &mut c),
+            v => cgemm::cgemm_with_tile(gpu, stream, g, variants[v - 3], case.alpha, &a, &b, case.beta, &mut c),
         }
     };
     let mut checks = Vec::new();
@@ -448,6 +519,7 @@ pub fn bench_case(
         })
         .collect();
     Ok(CgemmRow {
+        variant: cgemm::choose_tile(g, case.planar).name,
         label: case.label(),
         spec: case.to_string(),
         flops: g.flops(),

@@ -2,11 +2,16 @@
 //! (the host turns row-major problems into column-major ones), interleaved or planar storage.
 //! Launched by `host/cgemm.rs`.
 //!
-//! This is the element-per-thread kernel: each thread computes one element of one C, its
-//! `k` products read through L1, which holds the small matrices a warp shares. The flat
-//! index over (batch, column, row) is unpacked with magic division; a launch covers at most
-//! `MAX_LAUNCH_ELEMENTS` outputs, from batch `batch_base` on, and the host issues as many
-//! launches as the batch needs.
+//! One tiled kernel, const-generic over the register tile (`TM x TN` outputs per thread).
+//! A work item, one per block of 256 threads, is the same `bm x bn` tile of C in `per_block`
+//! consecutive matrices of the batch: many whole matrices when they are small, one tile of one
+//! matrix when they are large. K is walked in chunks of `bk`; each step stages `op(A)` and
+//! `op(B)` of every matrix into shared memory: coalesced loads along the stored layout,
+//! transposition and conjugation applied on the way, zeros past the edges, held in registers
+//! ([`STAGE_SLOTS`] per thread) while the block computes the step before. Each computing thread accumulates its register tile from
+//! shared memory, `rounds` times over when a block holds more matrices than threads. Item and
+//! thread indices are unpacked with magic division. The host picks the tile
+//! ([`CgemmShape`]); all the index math is here, shared with the host's tests.
 
 use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
@@ -75,25 +80,339 @@ pub enum Op {
 
 impl Op {
     pub const ALL: [Op; 3] = [Op::N, Op::T, Op::C];
+}
 
-    /// Element `(row, col)` of `op(X)`, X column-major with leading dimension `ld`, read by `load`.
-    #[inline(always)]
-    pub fn element(self, row: u64, col: u64, ld: u64, load: impl Fn(u64) -> Complex32) -> Complex32 {
-        match self {
-            Op::N => load(row + col * ld),
-            Op::T => load(col + row * ld),
-            Op::C => load(col + row * ld).conj(),
+/// Threads per block.
+pub const CGEMM_THREADS: u32 = 256;
+/// Threads along each side of one matrix's tile at most: a tile spans up to `16·TM x 16·TN`.
+pub const MAX_THREADS_PER_SIDE: u32 = 16;
+/// Complex elements each thread stages per step: the register buffer that holds the next
+/// step's operands while the block computes the current one.
+pub const STAGE_SLOTS: u32 = 8;
+/// Elements a block stages per step (both operands, every matrix, one k-chunk).
+pub const STAGE_ELEMENTS: u32 = STAGE_SLOTS * CGEMM_THREADS;
+/// Work items (block tiles) one launch covers at most.
+pub const MAX_ITEMS: u64 = (1 << 31) - 1;
+
+/// Complex elements a `Whole` block copies per item at most (both operands): with each
+/// operand's copy rounded out to aligned pairs, at most `STAGE_SLOTS / 2` pairs per thread.
+pub const WHOLE_ELEMENTS: u32 = STAGE_SLOTS * CGEMM_THREADS - 4;
+
+/// The two kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Any problem: tiles of C, k in chunks, operands staged element by element into the
+    /// layout of `op(A)` and `op(B)`.
+    Tiled,
+    /// Whole matrices, many per item: blocks walk the items grid-stride, copy each item's
+    /// stored footprints verbatim (16-byte loads, no per-element index math; the next item's
+    /// loads in flight while the current one is computed) and read them through the ops.
+    /// Interleaved storage, 16-byte-aligned buffers, `m ≤ 16·TM`, `n ≤ 16·TN` and both
+    /// operands of a block within [`WHOLE_ELEMENTS`].
+    Whole,
+    /// Large matrices: a `16·TM x 16·TN` tile of one matrix per block on 16 x 16 threads, k in
+    /// chunks of [`LARGE_BK`], all of it compile-time: staging addresses computed once per
+    /// tile, shared-memory reads at constant offsets. Compiled per stored layout of A and B
+    /// (whether k is contiguous in each); interleaved storage.
+    Large,
+}
+
+/// K per staged chunk of the `Large` family.
+pub const LARGE_BK: u32 = 16;
+
+/// One kernel variant: its family and register tile; each is its own PTX entry point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CgemmTile {
+    pub name: &'static str,
+    pub family: Family,
+    /// Rows of C per thread.
+    pub tm: u32,
+    /// Columns of C per thread.
+    pub tn: u32,
+    /// `Large` only: whether the variant takes A, and B, stored with k contiguous (A
+    /// transposed or conjugated, B as is); the others take any layout.
+    pub k_contiguous: Option<[bool; 2]>,
+}
+
+macro_rules! cgemm_tiles {
+    ($(($name:ident, $family:ident, $tm:literal, $tn:literal, $kc:expr, $kernel:ident::<$($g:tt),*>)),* $(,)?) => {
+        /// Every variant in the PTX.
+        pub const CGEMM_TILES: &[CgemmTile] = &[$(CgemmTile {
+            name: stringify!($name), family: Family::$family, tm: $tm, tn: $tn, k_contiguous: $kc,
+        }),*];
+
+        #[cfg(target_arch = "nvptx64")]
+        mod entry {
+            $(
+                #[unsafe(no_mangle)]
+                pub unsafe extern "ptx-kernel" fn $name(p: super::CgemmParams) {
+                    unsafe { super::kernel::$kernel::<$($g),*>(&p) }
+                }
+            )*
         }
+    };
+}
+
+cgemm_tiles!(
+    (cgemm_t1x1, Tiled, 1, 1, None, tiled::<1, 1>),
+    (cgemm_t1x2, Tiled, 1, 2, None, tiled::<1, 2>),
+    (cgemm_t1x4, Tiled, 1, 4, None, tiled::<1, 4>),
+    (cgemm_t2x1, Tiled, 2, 1, None, tiled::<2, 1>),
+    (cgemm_t2x2, Tiled, 2, 2, None, tiled::<2, 2>),
+    (cgemm_t2x4, Tiled, 2, 4, None, tiled::<2, 4>),
+    (cgemm_t4x1, Tiled, 4, 1, None, tiled::<4, 1>),
+    (cgemm_t4x2, Tiled, 4, 2, None, tiled::<4, 2>),
+    (cgemm_t4x4, Tiled, 4, 4, None, tiled::<4, 4>),
+    (cgemm_whole_t1x1, Whole, 1, 1, None, whole::<1, 1>),
+    (cgemm_whole_t1x2, Whole, 1, 2, None, whole::<1, 2>),
+    (cgemm_whole_t1x4, Whole, 1, 4, None, whole::<1, 4>),
+    (cgemm_whole_t2x1, Whole, 2, 1, None, whole::<2, 1>),
+    (cgemm_whole_t2x2, Whole, 2, 2, None, whole::<2, 2>),
+    (cgemm_whole_t2x4, Whole, 2, 4, None, whole::<2, 4>),
+    (cgemm_whole_t4x1, Whole, 4, 1, None, whole::<4, 1>),
+    (cgemm_whole_t4x2, Whole, 4, 2, None, whole::<4, 2>),
+    (cgemm_large_t4x4_mn, Large, 4, 4, Some([false, false]), large::<4, 4, false, false>),
+    (cgemm_large_t4x4_mk, Large, 4, 4, Some([false, true]), large::<4, 4, false, true>),
+    (cgemm_large_t4x4_kn, Large, 4, 4, Some([true, false]), large::<4, 4, true, false>),
+    (cgemm_large_t4x4_kk, Large, 4, 4, Some([true, true]), large::<4, 4, true, true>),
+    (cgemm_large_t4x2_mn, Large, 4, 2, Some([false, false]), large::<4, 2, false, false>),
+    (cgemm_large_t4x2_mk, Large, 4, 2, Some([false, true]), large::<4, 2, false, true>),
+    (cgemm_large_t4x2_kn, Large, 4, 2, Some([true, false]), large::<4, 2, true, false>),
+    (cgemm_large_t4x2_kk, Large, 4, 2, Some([true, true]), large::<4, 2, true, true>),
+    (cgemm_large_t2x4_mn, Large, 2, 4, Some([false, false]), large::<2, 4, false, false>),
+    (cgemm_large_t2x4_mk, Large, 2, 4, Some([false, true]), large::<2, 4, false, true>),
+    (cgemm_large_t2x4_kn, Large, 2, 4, Some([true, false]), large::<2, 4, true, false>),
+    (cgemm_large_t2x4_kk, Large, 2, 4, Some([true, true]), large::<2, 4, true, true>),
+    (cgemm_large_t2x2_mn, Large, 2, 2, Some([false, false]), large::<2, 2, false, false>),
+    (cgemm_large_t2x2_mk, Large, 2, 2, Some([false, true]), large::<2, 2, false, true>),
+    (cgemm_large_t2x2_kn, Large, 2, 2, Some([true, false]), large::<2, 2, true, false>),
+    (cgemm_large_t2x2_kk, Large, 2, 2, Some([true, true]), large::<2, 2, true, true>),
+    (cgemm_large_t1x4_mn, Large, 1, 4, Some([false, false]), large::<1, 4, false, false>),
+    (cgemm_large_t1x4_mk, Large, 1, 4, Some([false, true]), large::<1, 4, false, true>),
+    (cgemm_large_t1x4_kn, Large, 1, 4, Some([true, false]), large::<1, 4, true, false>),
+    (cgemm_large_t1x4_kk, Large, 1, 4, Some([true, true]), large::<1, 4, true, true>),
+);
+
+/// The variant of `family` with a `tm x tn` register tile (and, for `Large`, the stored
+/// layouts `k_contiguous`), if the PTX has it.
+pub fn cgemm_tile(family: Family, tm: u32, tn: u32, k_contiguous: [bool; 2]) -> Option<&'static CgemmTile> {
+    CGEMM_TILES
+        .iter()
+        .find(|t| t.family == family && t.tm == tm && t.tn == tn && t.k_contiguous.is_none_or(|kc| kc == k_contiguous))
+}
+
+/// Where element `e` of a `Large` chunk of one operand lies: its index along the tile's
+/// `extent` rows (A) or columns (B), and its `l` within the chunk. Elements run along the
+/// stored layout: k first where `k_contiguous`, else the tile's rows (columns).
+#[inline(always)]
+pub const fn large_element(e: u32, extent: u32, k_contiguous: bool) -> (u32, u32) {
+    if k_contiguous { (e / LARGE_BK, e % LARGE_BK) } else { (e % extent, e / extent) }
+}
+
+/// A verbatim copy of `count` elements of a buffer of `len` elements (16-byte aligned), from
+/// element `from`, as aligned pairs of elements: what `Whole` blocks stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerbatimCopy {
+    /// The first pair: elements `2 · first_pair` and `2 · first_pair + 1`.
+    pub first_pair: u64,
+    /// Whether the copy starts on the pair's second element.
+    pub odd: u32,
+    pub count: u32,
+    pub pairs: u32,
+    /// Pairs whose second element lies inside the buffer (the rest take one 8-byte load).
+    pub vector_pairs: u32,
+}
+
+/// One pair of a [`VerbatimCopy`]: whether one 16-byte load reads it (else an 8-byte load of
+/// its first element), and the shared-memory slots (from the copy's start) of its two
+/// elements where they belong to the copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pair {
+    pub vector: bool,
+    pub slots: [Option<u32>; 2],
+}
+
+impl VerbatimCopy {
+    #[inline(always)]
+    pub fn new(from: u64, count: u32, len: u64) -> VerbatimCopy {
+        let first_pair = from / 2;
+        let odd = (from % 2) as u32;
+        let pairs = (count + odd).div_ceil(2);
+        let vector_pairs = (len / 2).saturating_sub(first_pair);
+        let vector_pairs = if vector_pairs < pairs as u64 { vector_pairs as u32 } else { pairs };
+        VerbatimCopy { first_pair, odd, count, pairs, vector_pairs }
+    }
+
+    /// Pair `q < pairs`, at element `2 · (first_pair + q)`.
+    #[inline(always)]
+    pub fn pair(&self, q: u32) -> Pair {
+        // Slot of the pair's first element; wraps past u32::MAX for the element before `from`.
+        let first = (2 * q).wrapping_sub(self.odd);
+        let slot = |s: u32| (s < self.count).then_some(s);
+        Pair { vector: q < self.vector_pairs, slots: [slot(first), slot(first.wrapping_add(1))] }
     }
 }
 
-/// Outputs one launch covers at most (the flat index is 32 bits).
-pub const MAX_LAUNCH_ELEMENTS: u64 = 1 << 31;
-/// Threads per block.
-pub const CGEMM_THREADS: u32 = 256;
+/// The smallest odd number at least `x`: odd pitches in shared memory keep the rows of a
+/// chunk, and the matrices of a block, on different banks.
+const fn odd(x: u32) -> u32 {
+    x | 1
+}
+
+/// How one launch tiles a problem: the block tile, its k-chunk and matrices per block, with
+/// the shared-memory layout that follows. Pure arithmetic, on both sides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgemmShape {
+    pub tile: CgemmTile,
+    /// Rows and columns of C a block computes per matrix.
+    pub bm: u32,
+    pub bn: u32,
+    /// K per staged chunk.
+    pub bk: u32,
+    /// Matrices the block's threads compute at once, and rounds of them per staged step
+    /// (more than one only where a step stages all of k): a block covers
+    /// `per_round · rounds` matrices.
+    pub per_round: u32,
+    pub rounds: u32,
+    /// Threads along the rows and the columns of one matrix's tile.
+    pub thread_rows: u32,
+    pub thread_cols: u32,
+}
+
+impl CgemmShape {
+    /// The shape `tile` gives an `m x n x k` problem of `batch` matrices: the largest block
+    /// tile its threads cover and as many matrices as 256 threads hold; then, where all of k
+    /// fits one step of [`STAGE_ELEMENTS`], as many rounds of matrices as fit it, else the
+    /// longest k-chunk that fits (matrices per round halved until a chunk of 8 does).
+    pub const fn new(tile: CgemmTile, m: u32, n: u32, k: u32, batch: u32) -> CgemmShape {
+        let bm = min(m, MAX_THREADS_PER_SIDE * tile.tm);
+        let bn = min(n, MAX_THREADS_PER_SIDE * tile.tn);
+        let (thread_rows, thread_cols) = (bm.div_ceil(tile.tm), bn.div_ceil(tile.tn));
+        let batch = max(batch, 1);
+        let mut per_round = min(CGEMM_THREADS / (thread_rows * thread_cols), batch);
+        loop {
+            let per_l = per_round * (bm + bn);
+            let bk = min(k, STAGE_ELEMENTS / per_l);
+            if bk >= min(k, 8) || per_round == 1 {
+                let bk = max(bk, 1);
+                let rounds = if bk == k { min(STAGE_ELEMENTS / (per_l * k), batch.div_ceil(per_round)) } else { 1 };
+                return CgemmShape { tile, bm, bn, bk, per_round, rounds: max(rounds, 1), thread_rows, thread_cols };
+            }
+            per_round /= 2;
+        }
+    }
+
+    /// The shape of a `Whole` variant: the matrices whole (`m ≤ 16·TM`, `n ≤ 16·TN`), as
+    /// many per block as [`WHOLE_ELEMENTS`] hold, given each operand's elements per matrix
+    /// (its batch stride, 0 when one matrix serves the batch) and the extent of one matrix.
+    /// `None` where one matrix of each does not fit.
+    #[allow(clippy::too_many_arguments)]
+    pub const fn whole(
+        tile: CgemmTile,
+        m: u32,
+        n: u32,
+        k: u32,
+        batch: u32,
+        (a_stride, a_extent): (u32, u32),
+        (b_stride, b_extent): (u32, u32),
+    ) -> Option<CgemmShape> {
+        if m > MAX_THREADS_PER_SIDE * tile.tm || n > MAX_THREADS_PER_SIDE * tile.tn {
+            return None;
+        }
+        // A block of `p` matrices copies (p - 1) · stride + extent elements of each operand.
+        let (once, per_matrix) = (a_extent + b_extent, a_stride + b_stride);
+        if once > WHOLE_ELEMENTS {
+            return None;
+        }
+        let (thread_rows, thread_cols) = (m.div_ceil(tile.tm), n.div_ceil(tile.tn));
+        let batch = max(batch, 1);
+        let per_round = min(CGEMM_THREADS / (thread_rows * thread_cols), batch);
+        let fits = match (WHOLE_ELEMENTS - once).checked_div(per_matrix) {
+            Some(more) => 1 + more,
+            None => batch, // one copy serves every matrix
+        };
+        let rounds = max(min(fits / per_round, batch.div_ceil(per_round)), 1);
+        let per_round = min(per_round, fits);
+        Some(CgemmShape { tile, bm: m, bn: n, bk: k, per_round, rounds, thread_rows, thread_cols })
+    }
+
+    /// The shape of a `Large` variant: one `16·TM x 16·TN` tile of one matrix per item.
+    pub const fn large(tile: CgemmTile) -> CgemmShape {
+        let (bm, bn) = (MAX_THREADS_PER_SIDE * tile.tm, MAX_THREADS_PER_SIDE * tile.tn);
+        let side = MAX_THREADS_PER_SIDE;
+        CgemmShape { tile, bm, bn, bk: LARGE_BK, per_round: 1, rounds: 1, thread_rows: side, thread_cols: side }
+    }
+
+    /// Matrices per block.
+    pub const fn per_block(&self) -> u32 {
+        self.per_round * self.rounds
+    }
+
+    /// Threads that compute (the rest of the block only stages).
+    pub const fn computing_threads(&self) -> u32 {
+        self.per_round * self.thread_rows * self.thread_cols
+    }
+
+    /// Elements staged per step: every matrix's `bm x bk` chunk of A and `bk x bn` of B.
+    pub const fn staged(&self) -> u32 {
+        self.per_block() * self.bk * (self.bm + self.bn)
+    }
+
+    /// Elements (complex) between rows `l` and `l + 1` of a staged `op(A)` chunk, which
+    /// holds `op(A)[row, l]` at `l · a_pitch + row`.
+    pub const fn a_pitch(&self) -> u32 {
+        odd(self.bm)
+    }
+
+    pub const fn b_pitch(&self) -> u32 {
+        odd(self.bn)
+    }
+
+    /// Elements between the staged chunks of consecutive matrices.
+    pub const fn a_matrix(&self) -> u32 {
+        odd(self.bk * self.a_pitch())
+    }
+
+    pub const fn b_matrix(&self) -> u32 {
+        odd(self.bk * self.b_pitch())
+    }
+
+    /// Dynamic shared memory of a block. `Tiled`: every matrix's A chunk, every matrix's B chunk, and
+    /// room for the reads of threads whose register tile reaches past the block tile (rows
+    /// `bm ..= TM · thread_rows - 1`: garbage for outputs that are dropped).
+    pub const fn smem_bytes(&self) -> u32 {
+        match self.tile.family {
+            // The footprints of every matrix, within WHOLE_ELEMENTS by construction.
+            Family::Whole => return 8 * WHOLE_ELEMENTS,
+            Family::Large => return 8 * LARGE_BK * (self.a_pitch() + self.b_pitch()),
+            Family::Tiled => {}
+        }
+        let overreach = self.tile.tm * self.thread_rows - self.bm + self.tile.tn * self.thread_cols - self.bn;
+        8 * (self.per_block() * (self.a_matrix() + self.b_matrix()) + overreach)
+    }
+
+    /// Tiles of one matrix's C along its rows and its columns.
+    pub const fn tiles(&self, m: u32, n: u32) -> (u32, u32) {
+        (m.div_ceil(self.bm), n.div_ceil(self.bn))
+    }
+
+    /// Staged chunks along k.
+    pub const fn chunks(&self, k: u32) -> u32 {
+        k.div_ceil(self.bk)
+    }
+}
+
+const fn min(a: u32, b: u32) -> u32 {
+    if a < b { a } else { b }
+}
+
+const fn max(a: u32, b: u32) -> u32 {
+    if a > b { a } else { b }
+}
 
 /// Parameters of every cgemm kernel, passed by value. Addresses are device pointers; for
 /// planar storage `*_im` hold the imaginary parts and the main pointers the real parts.
+/// Built by the host from a [`CgemmShape`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct CgemmParams {
@@ -109,6 +428,9 @@ pub struct CgemmParams {
     pub stride_c: u64,
     /// First batch of this launch.
     pub batch_base: u64,
+    /// Elements the A and B buffers hold (`Whole` reads stay below).
+    pub a_len: u64,
+    pub b_len: u64,
     pub alpha: Complex32,
     pub beta: Complex32,
     pub m: u32,
@@ -117,142 +439,243 @@ pub struct CgemmParams {
     pub lda: u32,
     pub ldb: u32,
     pub ldc: u32,
-    /// Outputs of this launch: `batches · m · n`.
-    pub elements: u32,
+    /// Matrices of this launch.
+    pub batches: u32,
+    /// `Op` codes of A and B.
+    pub op_a: u32,
+    pub op_b: u32,
+    /// Whether the storage is planar.
+    pub planar: u32,
     /// Whether β is zero: C is then not read (it may hold anything, NaN included).
     pub beta_zero: u32,
-    /// Divides a flat output index by `m · n` (the batch) and by `m` (the column).
-    pub per_matrix: MagicDiv,
-    pub per_column: MagicDiv,
+    /// Work items (block tiles) of this launch: matrix groups x tiles per matrix.
+    pub items: u32,
+    /// [`CgemmShape`]'s block tile, chunk, matrices per round and per block.
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    pub chunks: u32,
+    pub per_round: u32,
+    pub rounds: u32,
+    pub per_block: u32,
+    pub thread_cols: u32,
+    /// [`CgemmShape`]'s shared-memory layout, in complex elements.
+    pub a_pitch: u32,
+    pub b_pitch: u32,
+    pub a_matrix: u32,
+    pub b_matrix: u32,
+    /// Elements one stored matrix of A and of B spans (`Whole` copies these).
+    pub a_extent: u32,
+    pub b_extent: u32,
+    /// Splits a work item into (matrix group, tile) and a tile into (column tile, row tile).
+    pub tiles: MagicDiv,
+    pub row_tiles: MagicDiv,
+    /// Splits a thread index into (matrix, thread of the matrix) and that into (column, row).
+    pub threads_per_matrix: MagicDiv,
+    pub thread_rows: MagicDiv,
+    /// Split a staged element's index into (matrix, element) and that into (outer, inner)
+    /// of the operand's stored layout.
+    pub a_chunk: MagicDiv,
+    pub a_inner: MagicDiv,
+    pub b_chunk: MagicDiv,
+    pub b_inner: MagicDiv,
 }
 
-/// An output element of a launch: batch (from `batch_base`), row and column.
+/// Where one work item lies: the first matrix of its group (from `batch_base`) and its
+/// tile's first row and column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ElementCoords {
-    pub batch: u64,
+pub struct BlockCoords {
+    pub first: u32,
+    pub row0: u32,
+    pub col0: u32,
+}
+
+/// One thread's place in its block: which matrix (of a round; `matrix + round · per_round`
+/// of the block), and its row and column among the tile's threads. Its outputs are rows
+/// `row + i · thread_rows`, columns `col + j · thread_cols`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadCoords {
+    pub matrix: u32,
     pub row: u32,
     pub col: u32,
 }
 
-impl CgemmParams {
-    /// Inverse of `((batch - batch_base) · n + col) · m + row`.
-    #[inline(always)]
-    pub fn element_coords(&self, flat: u32) -> ElementCoords {
-        let (batch, in_matrix) = self.per_matrix.div_rem(flat);
-        let (col, row) = self.per_column.div_rem(in_matrix);
-        ElementCoords { batch: self.batch_base + batch as u64, row, col }
-    }
-
-    /// `α · Σ op(A)[row, l] · op(B)[l, col] + β · C[row, col]` for one element, reading the
-    /// operands through `a`, `b` and `c` (offsets from the buffers' starts). The kernels pass
-    /// constant ops, which inlining folds away.
-    #[inline(always)]
-    pub fn element(
-        &self,
-        op_a: Op,
-        op_b: Op,
-        at: ElementCoords,
-        a: impl Fn(u64) -> Complex32,
-        b: impl Fn(u64) -> Complex32,
-        c: impl Fn(u64) -> Complex32,
-    ) -> Complex32 {
-        let (row, col) = (at.row as u64, at.col as u64);
-        let (a_base, b_base) = (at.batch * self.stride_a, at.batch * self.stride_b);
-        let mut acc = Complex32::ZERO;
-        for l in 0..self.k as u64 {
-            let x = op_a.element(row, l, self.lda as u64, |i| a(a_base + i));
-            let y = op_b.element(l, col, self.ldb as u64, |i| b(b_base + i));
-            acc = x.mul_add(y, acc);
-        }
-        let scaled = self.alpha.mul_add(acc, Complex32::ZERO);
-        if self.beta_zero != 0 { scaled } else { self.beta.mul_add(c(self.c_offset(at)), scaled) }
-    }
-
-    /// Where an output element lives in C.
-    #[inline(always)]
-    pub fn c_offset(&self, at: ElementCoords) -> u64 {
-        at.batch * self.stride_c + at.row as u64 + at.col as u64 * self.ldc as u64
-    }
-}
-
-/// One entry point of the element kernel: its ops and storage.
+/// One staged element: its slot in shared memory (complex elements from the operand's
+/// region) and its offset in the operand's buffer, or `None` for a zero (past the matrix, k
+/// or the batch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CgemmKernel {
-    pub name: &'static str,
-    pub op_a: Op,
-    pub op_b: Op,
-    pub planar: bool,
+pub struct Staged {
+    pub slot: u32,
+    pub offset: Option<u64>,
 }
 
-macro_rules! cgemm_kernels {
-    ($(($name:ident, $a:ident, $b:ident, $planar:literal)),* $(,)?) => {
-        /// Every cgemm entry point in the PTX.
-        pub const CGEMM_KERNELS: &[CgemmKernel] = &[
-            $(CgemmKernel { name: stringify!($name), op_a: Op::$a, op_b: Op::$b, planar: $planar }),*
-        ];
+impl CgemmParams {
+    /// Inverse of `(group · row_tiles · col_tiles) + col_tile · row_tiles + row_tile`.
+    #[inline(always)]
+    pub fn item_coords(&self, item: u32) -> BlockCoords {
+        let (group, tile) = self.tiles.div_rem(item);
+        let (col_tile, row_tile) = self.row_tiles.div_rem(tile);
+        BlockCoords { first: group * self.per_block, row0: row_tile * self.bm, col0: col_tile * self.bn }
+    }
 
-        #[cfg(target_arch = "nvptx64")]
-        mod entry {
-            use super::Op;
-            $(
-                #[unsafe(no_mangle)]
-                pub unsafe extern "ptx-kernel" fn $name(p: super::CgemmParams) {
-                    unsafe { super::kernel::element_per_thread::<{ Op::$a as u32 }, { Op::$b as u32 }, $planar>(&p) }
-                }
-            )*
+    /// A thread's matrix and place; `matrix >= per_round` for the threads that only stage.
+    #[inline(always)]
+    pub fn thread_coords(&self, thread: u32) -> ThreadCoords {
+        let (matrix, in_matrix) = self.threads_per_matrix.div_rem(thread);
+        let (col, row) = self.thread_rows.div_rem(in_matrix);
+        ThreadCoords { matrix, row, col }
+    }
+
+    /// Staged elements of A per step (every matrix's `bm x bk` chunk); B's `bk x bn` chunks
+    /// follow, up to `staged`.
+    #[inline(always)]
+    pub fn staged_a(&self) -> u32 {
+        self.per_block * self.bm * self.bk
+    }
+
+    #[inline(always)]
+    pub fn staged(&self) -> u32 {
+        self.per_block * self.bk * (self.bm + self.bn)
+    }
+
+    /// Element `e` of a step's staging (A's elements, then B's): its slot from the start of
+    /// shared memory (B's region follows A's) and its offset in its operand.
+    #[inline(always)]
+    pub fn stage(&self, e: u32, at: BlockCoords, l0: u32) -> (bool, Staged) {
+        let a = self.staged_a();
+        if e < a {
+            (true, self.stage_a(e, at, l0))
+        } else {
+            let s = self.stage_b(e - a, at, l0);
+            (false, Staged { slot: self.per_block * self.a_matrix + s.slot, ..s })
         }
-    };
+    }
+
+    /// Element `e` of the A chunk at `l0` of the item at `at`, in the order of A's stored
+    /// layout (consecutive `e`, consecutive addresses): op N stores `m x k` (rows inner), T
+    /// and C store `k x m` (k inner). Its slot holds `op(A)[row, l]` at `l · a_pitch + row`.
+    #[inline(always)]
+    pub fn stage_a(&self, e: u32, at: BlockCoords, l0: u32) -> Staged {
+        let (chunk, inner, k_contiguous) = (self.a_chunk, self.a_inner, self.op_a != Op::N as u32);
+        let pitches = (self.a_matrix, self.a_pitch);
+        self.stage_operand(
+            e,
+            (chunk, inner),
+            k_contiguous,
+            pitches,
+            (at, l0),
+            (at.row0, self.m),
+            (self.lda, self.stride_a),
+        )
+    }
+
+    /// The same for B: op N stores `k x n` (k inner), T and C store `n x k` (columns inner).
+    /// Its slot holds `op(B)[l, col]` at `l · b_pitch + col`.
+    #[inline(always)]
+    pub fn stage_b(&self, e: u32, at: BlockCoords, l0: u32) -> Staged {
+        let (chunk, inner, k_contiguous) = (self.b_chunk, self.b_inner, self.op_b == Op::N as u32);
+        let pitches = (self.b_matrix, self.b_pitch);
+        self.stage_operand(
+            e,
+            (chunk, inner),
+            k_contiguous,
+            pitches,
+            (at, l0),
+            (at.col0, self.n),
+            (self.ldb, self.stride_b),
+        )
+    }
+
+    /// Either operand, `index` running along C's rows (A) or columns (B).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn stage_operand(
+        &self,
+        e: u32,
+        (chunk, inner): (MagicDiv, MagicDiv),
+        k_contiguous: bool,
+        (matrix_pitch, pitch): (u32, u32),
+        (at, l0): (BlockCoords, u32),
+        (first, limit): (u32, u32),
+        (ld, stride): (u32, u64),
+    ) -> Staged {
+        let (matrix, in_matrix) = chunk.div_rem(e);
+        let (outer, inner) = inner.div_rem(in_matrix);
+        let (index, l) = if k_contiguous { (outer, inner) } else { (inner, outer) };
+        let slot = matrix * matrix_pitch + l * pitch + index;
+        let (batch, index, l) = (at.first + matrix, first + index, l0 + l);
+        let live = batch < self.batches && index < limit && l < self.k;
+        let within =
+            if k_contiguous { l as u64 + index as u64 * ld as u64 } else { index as u64 + l as u64 * ld as u64 };
+        Staged { slot, offset: live.then(|| (self.batch_base + batch as u64) * stride + within) }
+    }
+
+    /// Where output `(i, j)` of a thread's register tile lives in C, if it is one of the
+    /// block's outputs (not past the tile, the matrix or the batch).
+    #[inline(always)]
+    pub fn output(&self, at: BlockCoords, t: ThreadCoords, i: u32, j: u32) -> Option<u64> {
+        let (in_row, in_col) = (t.row + i * self.thread_rows.divisor, t.col + j * self.thread_cols);
+        let (row, col, batch) = (at.row0 + in_row, at.col0 + in_col, at.first + t.matrix);
+        let live = t.matrix < self.per_block
+            && batch < self.batches
+            && in_row < self.bm
+            && in_col < self.bn
+            && row < self.m
+            && col < self.n;
+        live.then(|| (self.batch_base + batch as u64) * self.stride_c + row as u64 + col as u64 * self.ldc as u64)
+    }
+
+    /// Matrices of the `Whole` item at `at` (`per_block`, fewer at the batch's end).
+    #[inline(always)]
+    pub fn whole_matrices(&self, at: BlockCoords) -> u32 {
+        if self.batches - at.first < self.per_block { self.batches - at.first } else { self.per_block }
+    }
+
+    /// What a `Whole` item at `at` copies of A and of B: its matrices' footprints, from the
+    /// first matrix's start to the last one's end (within `WHOLE_ELEMENTS`, so 32 bits).
+    #[inline(always)]
+    pub fn whole_copies(&self, at: BlockCoords) -> [VerbatimCopy; 2] {
+        let matrices = self.whole_matrices(at);
+        let batch0 = self.batch_base + at.first as u64;
+        let copy = |stride: u64, extent: u32, len: u64| {
+            VerbatimCopy::new(batch0 * stride, (matrices - 1) * stride as u32 + extent, len)
+        };
+        [copy(self.stride_a, self.a_extent, self.a_len), copy(self.stride_b, self.b_extent, self.b_len)]
+    }
+
+    /// Where output `(i, j)` of a `Whole` thread lies in its matrix of C (`row + col · ldc`,
+    /// below 2^31 for the shapes `Whole` takes), if it is one.
+    #[inline(always)]
+    pub fn whole_output(&self, t: ThreadCoords, i: u32, j: u32) -> Option<u32> {
+        let (row, col) = (t.row + i * self.thread_rows.divisor, t.col + j * self.thread_cols);
+        (row < self.m && col < self.n).then(|| row + col * self.ldc)
+    }
+
+    /// `α · acc + β · c` (β's term only where β is not zero).
+    #[inline(always)]
+    pub fn epilogue(&self, acc: Complex32, c: impl FnOnce() -> Complex32) -> Complex32 {
+        let scaled = self.alpha.mul_add(acc, Complex32::ZERO);
+        if self.beta_zero != 0 { scaled } else { self.beta.mul_add(c(), scaled) }
+    }
 }
 
-cgemm_kernels!(
-    (cgemm_elem_nn, N, N, false),
-    (cgemm_elem_nt, N, T, false),
-    (cgemm_elem_nc, N, C, false),
-    (cgemm_elem_tn, T, N, false),
-    (cgemm_elem_tt, T, T, false),
-    (cgemm_elem_tc, T, C, false),
-    (cgemm_elem_cn, C, N, false),
-    (cgemm_elem_ct, C, T, false),
-    (cgemm_elem_cc, C, C, false),
-    (cgemm_elem_nn_planar, N, N, true),
-    (cgemm_elem_nt_planar, N, T, true),
-    (cgemm_elem_nc_planar, N, C, true),
-    (cgemm_elem_tn_planar, T, N, true),
-    (cgemm_elem_tt_planar, T, T, true),
-    (cgemm_elem_tc_planar, T, C, true),
-    (cgemm_elem_cn_planar, C, N, true),
-    (cgemm_elem_ct_planar, C, T, true),
-    (cgemm_elem_cc_planar, C, C, true),
-);
-
-/// The kernel for a pair of ops and a storage.
-pub fn cgemm_kernel(op_a: Op, op_b: Op, planar: bool) -> &'static CgemmKernel {
-    CGEMM_KERNELS
-        .iter()
-        .find(|k| k.op_a == op_a && k.op_b == op_b && k.planar == planar)
-        .expect("CGEMM_KERNELS covers every pair of ops in both storages")
-}
-
+// Register arrays are indexed in lockstep by compile-time-constant loop counters (fully
+// unrolled); iterator chains over several of them would hide that.
 #[cfg(target_arch = "nvptx64")]
+#[allow(clippy::needless_range_loop)]
 mod kernel {
-    use super::{CgemmParams, Complex32, Op};
+    use super::{
+        BlockCoords, CGEMM_THREADS, CgemmParams, Complex32, LARGE_BK, Op, STAGE_SLOTS, ThreadCoords, VerbatimCopy,
+    };
     use crate::prelude::*;
 
-    /// The `Op` a const-generic kernel was instantiated with.
-    #[inline(always)]
-    const fn op(code: u32) -> Op {
-        match code {
-            0 => Op::N,
-            1 => Op::T,
-            _ => Op::C,
-        }
-    }
+    const SLOTS: usize = STAGE_SLOTS as usize;
 
     /// One complex element of a read-only operand at offset `i`, interleaved (`re` at `p`)
     /// or planar (`re` at `p`, `im` at `p_im`).
     #[inline(always)]
-    fn load<const PLANAR: bool>(p: u64, p_im: u64, i: u64) -> Complex32 {
-        if PLANAR {
+    fn load(planar: bool, p: u64, p_im: u64, i: u64) -> Complex32 {
+        if planar {
             Complex32 { re: ldg_nc_f32(p + 4 * i), im: ldg_nc_f32(p_im + 4 * i) }
         } else {
             let [re, im] = ldg_nc_f32x2(p + 8 * i);
@@ -260,39 +683,429 @@ mod kernel {
         }
     }
 
-    /// The same for C, which the launch writes: coherent loads.
     #[inline(always)]
-    fn load_c<const PLANAR: bool>(p: u64, p_im: u64, i: u64) -> Complex32 {
-        if PLANAR {
-            Complex32 { re: ld_global_f32(p + 4 * i), im: ld_global_f32(p_im + 4 * i) }
-        } else {
-            let [re, im] = ld_global_f32x2(p + 8 * i);
-            Complex32 { re, im }
+    fn lds(addr: u32) -> Complex32 {
+        let [re, im] = ld_shared_f32x2(addr);
+        Complex32 { re, im }
+    }
+
+    /// The operands of one step, in A-then-B order, `CGEMM_THREADS` apart from this thread's.
+    struct Step {
+        values: [Complex32; SLOTS],
+    }
+
+    impl Step {
+        /// Issues this thread's loads of the step at `l0` of work item `at` (zeros past the
+        /// matrices, k or the batch).
+        #[inline(always)]
+        fn fetch(p: &CgemmParams, at: BlockCoords, l0: u32, ptrs: &[(u64, u64); 2]) -> Step {
+            let planar = p.planar != 0;
+            let conj = [p.op_a == Op::C as u32, p.op_b == Op::C as u32];
+            let staged = p.staged();
+            let mut values = [Complex32::ZERO; SLOTS];
+            for u in 0..SLOTS {
+                let e = thread_idx_x_each_time() + u as u32 * CGEMM_THREADS;
+                if e < staged {
+                    let (is_a, s) = p.stage(e, at, l0);
+                    if let Some(offset) = s.offset {
+                        let which = if is_a { 0 } else { 1 };
+                        let v = load(planar, ptrs[which].0, ptrs[which].1, offset);
+                        values[u] = if conj[which] { v.conj() } else { v };
+                    }
+                }
+            }
+            Step { values }
+        }
+
+        /// Stores the step into shared memory (after the block is done with the last one).
+        #[inline(always)]
+        fn store(&self, p: &CgemmParams, at: BlockCoords, l0: u32, smem: u32) {
+            let staged = p.staged();
+            for u in 0..SLOTS {
+                let e = thread_idx_x_each_time() + u as u32 * CGEMM_THREADS;
+                if e < staged {
+                    let (_, s) = p.stage(e, at, l0);
+                    st_shared_f32x2(smem + 8 * s.slot, [self.values[u].re, self.values[u].im]);
+                }
+            }
         }
     }
 
-    pub unsafe fn element_per_thread<const OPA: u32, const OPB: u32, const PLANAR: bool>(p: &CgemmParams) {
-        let flat = block_idx_x() * block_dim_x() + thread_idx_x();
-        if flat >= p.elements {
+    /// One work item per block, k in staged steps: the next step's loads are issued before
+    /// the current step is computed, so that memory and arithmetic overlap within the block.
+    pub unsafe fn tiled<const TM: usize, const TN: usize>(p: &CgemmParams) {
+        let item = block_idx_x();
+        if item >= p.items {
             return;
         }
-        let at = p.element_coords(flat);
-        let (a, a_im, b, b_im) = (to_global(p.a), to_global(p.a_im), to_global(p.b), to_global(p.b_im));
+        let me = p.thread_coords(thread_idx_x());
+        let planar = p.planar != 0;
+        let ptrs = [(to_global(p.a), to_global(p.a_im)), (to_global(p.b), to_global(p.b_im))];
         let (c, c_im) = (to_global(p.c), to_global(p.c_im));
-        let value = p.element(
-            op(OPA),
-            op(OPB),
-            at,
-            |i| load::<PLANAR>(a, a_im, i),
-            |i| load::<PLANAR>(b, b_im, i),
-            |i| load_c::<PLANAR>(c, c_im, i),
-        );
-        let at_c = p.c_offset(at);
-        if PLANAR {
-            stg_f32(c + 4 * at_c, value.re);
-            stg_f32(c_im + 4 * at_c, value.im);
-        } else {
-            stg_f32x2(c + 8 * at_c, [value.re, value.im]);
+        let smem = smem_base();
+        let b_region = smem + 8 * p.per_block * p.a_matrix;
+        let (rows, cols) = (p.thread_rows.divisor, p.thread_cols);
+        let this_at = p.item_coords(item);
+
+        let mut step = Step::fetch(p, this_at, 0, &ptrs);
+        let mut acc = [[Complex32::ZERO; TN]; TM];
+        for this_chunk in 0..p.chunks {
+            if this_chunk > 0 {
+                sync_threads(); // every thread is done with the last step's shared memory
+            }
+            step.store(p, this_at, this_chunk * p.bk, smem);
+            sync_threads();
+            if this_chunk + 1 < p.chunks {
+                step = Step::fetch(p, this_at, (this_chunk + 1) * p.bk, &ptrs);
+            }
+
+            if me.matrix < p.per_round {
+                let l0 = this_chunk * p.bk;
+                let length = if p.k - l0 < p.bk { p.k - l0 } else { p.bk };
+                for round in 0..p.rounds {
+                    let matrix = me.matrix + round * p.per_round;
+                    let a_mine = smem + 8 * (matrix * p.a_matrix + me.row);
+                    let b_mine = b_region + 8 * (matrix * p.b_matrix + me.col);
+                    if this_chunk == 0 {
+                        acc = [[Complex32::ZERO; TN]; TM];
+                    }
+                    for l in 0..length {
+                        let mut x = [Complex32::ZERO; TM];
+                        let mut y = [Complex32::ZERO; TN];
+                        for i in 0..TM {
+                            x[i] = lds(a_mine + 8 * (l * p.a_pitch + i as u32 * rows));
+                        }
+                        for j in 0..TN {
+                            y[j] = lds(b_mine + 8 * (l * p.b_pitch + j as u32 * cols));
+                        }
+                        for i in 0..TM {
+                            for j in 0..TN {
+                                acc[i][j] = x[i].mul_add(y[j], acc[i][j]);
+                            }
+                        }
+                    }
+                    if this_chunk + 1 == p.chunks {
+                        let t = ThreadCoords { matrix, ..me };
+                        for i in 0..TM {
+                            for j in 0..TN {
+                                if let Some(at_c) = p.output(this_at, t, i as u32, j as u32) {
+                                    let value = p.epilogue(acc[i][j], || {
+                                        if planar {
+                                            Complex32 {
+                                                re: ld_global_f32(c + 4 * at_c),
+                                                im: ld_global_f32(c_im + 4 * at_c),
+                                            }
+                                        } else {
+                                            let [re, im] = ld_global_f32x2(c + 8 * at_c);
+                                            Complex32 { re, im }
+                                        }
+                                    });
+                                    if planar {
+                                        stg_f32(c + 4 * at_c, value.re);
+                                        stg_f32(c_im + 4 * at_c, value.im);
+                                    } else {
+                                        stg_f32x2(c + 8 * at_c, [value.re, value.im]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The pairs of a `Whole` item's two copies (A's, then B's), `CGEMM_THREADS` apart from
+    /// this thread's, loaded into registers.
+    struct Copies {
+        copies: [VerbatimCopy; 2],
+        values: [[f32; 4]; SLOTS / 2],
+    }
+
+    impl Copies {
+        /// Pair `q` of the item: which copy (0 for A), and its index there.
+        #[inline(always)]
+        fn locate(copies: &[VerbatimCopy; 2], q: u32) -> Option<(usize, u32)> {
+            let a_pairs = copies[0].pairs;
+            if q < a_pairs {
+                Some((0, q))
+            } else if q - a_pairs < copies[1].pairs {
+                Some((1, q - a_pairs))
+            } else {
+                None
+            }
+        }
+
+        #[inline(always)]
+        fn fetch(p: &CgemmParams, at: BlockCoords, src: [u64; 2]) -> Copies {
+            let copies = p.whole_copies(at);
+            let starts = [src[0] + 16 * copies[0].first_pair, src[1] + 16 * copies[1].first_pair];
+            let mut values = [[0.0f32; 4]; SLOTS / 2];
+            for u in 0..SLOTS / 2 {
+                if let Some((which, q)) = Self::locate(&copies, thread_idx_x() + u as u32 * CGEMM_THREADS) {
+                    let (start, copy) = if which == 0 { (starts[0], &copies[0]) } else { (starts[1], &copies[1]) };
+                    let at = start + 16 * q as u64;
+                    values[u] = if copy.pair(q).vector {
+                        ldg_nc_f32x4(at)
+                    } else {
+                        let [re, im] = ldg_nc_f32x2(at);
+                        [re, im, 0.0, 0.0]
+                    };
+                }
+            }
+            Copies { copies, values }
+        }
+
+        /// Stores the copies: A's footprint at `smem`, B's at `b_region`.
+        #[inline(always)]
+        fn store(&self, smem: u32, b_region: u32) {
+            for u in 0..SLOTS / 2 {
+                if let Some((which, q)) = Self::locate(&self.copies, thread_idx_x() + u as u32 * CGEMM_THREADS) {
+                    let (region, copy) = if which == 0 { (smem, &self.copies[0]) } else { (b_region, &self.copies[1]) };
+                    let pair = copy.pair(q);
+                    let v = self.values[u];
+                    if let Some(slot) = pair.slots[0] {
+                        st_shared_f32x2(region + 8 * slot, [v[0], v[1]]);
+                    }
+                    if let Some(slot) = pair.slots[1] {
+                        st_shared_f32x2(region + 8 * slot, [v[2], v[3]]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whole matrices, `per_block` to an item, items grid-stride: both operands' footprints
+    /// copied verbatim, then each thread's register tile read through the ops from shared
+    /// memory while the next item's copies are in flight.
+    pub unsafe fn whole<const TM: usize, const TN: usize>(p: &CgemmParams) {
+        let mut item = block_idx_x();
+        if item >= p.items {
+            return;
+        }
+        let src = [to_global(p.a), to_global(p.b)];
+        let c = to_global(p.c);
+        let smem = smem_base();
+        let me = p.thread_coords(thread_idx_x());
+        // op(A)[row, l] at row · a_row + l · a_l of its matrix; conjugation as a sign.
+        let (a_row, a_l) = if p.op_a == Op::N as u32 { (1, p.lda) } else { (p.lda, 1) };
+        let (b_l, b_col) = if p.op_b == Op::N as u32 { (1, p.ldb) } else { (p.ldb, 1) };
+        let a_sign = if p.op_a == Op::C as u32 { -1.0 } else { 1.0 };
+        let b_sign = if p.op_b == Op::C as u32 { -1.0 } else { 1.0 };
+        let (rows, cols) = (p.thread_rows.divisor, p.thread_cols);
+        // Rows (columns) past the matrix read its last one; their outputs are dropped.
+        let mut a_at = [0u32; TM];
+        for i in 0..TM {
+            let row = me.row + i as u32 * rows;
+            a_at[i] = (if row < p.m { row } else { p.m - 1 }) * a_row;
+        }
+        let mut b_at = [0u32; TN];
+        for j in 0..TN {
+            let col = me.col + j as u32 * cols;
+            b_at[j] = (if col < p.n { col } else { p.n - 1 }) * b_col;
+        }
+
+        let mut at = p.item_coords(item);
+        let mut next = Copies::fetch(p, at, src);
+        loop {
+            let b_region = smem + 8 * next.copies[0].count;
+            next.store(smem, b_region);
+            sync_threads();
+            let this_at = at;
+            item += grid_dim_x();
+            let more = item < p.items;
+            if more {
+                at = p.item_coords(item);
+                next = Copies::fetch(p, at, src);
+            }
+            if me.matrix < p.per_round {
+                let matrices = p.whole_matrices(this_at);
+                let c_item = c + 8 * (p.batch_base + this_at.first as u64) * p.stride_c;
+                for round in 0..p.rounds {
+                    let matrix = me.matrix + round * p.per_round;
+                    if matrix >= matrices {
+                        break;
+                    }
+                    // Within the copies, so 32 bits.
+                    let a_base = smem + 8 * matrix * p.stride_a as u32;
+                    let b_base = b_region + 8 * matrix * p.stride_b as u32;
+                    let mut acc = [[Complex32::ZERO; TN]; TM];
+                    for l in 0..p.k {
+                        let mut x = [Complex32::ZERO; TM];
+                        let mut y = [Complex32::ZERO; TN];
+                        for i in 0..TM {
+                            x[i] = lds(a_base + 8 * (a_at[i] + l * a_l));
+                            x[i].im *= a_sign;
+                        }
+                        for j in 0..TN {
+                            y[j] = lds(b_base + 8 * (b_at[j] + l * b_l));
+                            y[j].im *= b_sign;
+                        }
+                        for i in 0..TM {
+                            for j in 0..TN {
+                                acc[i][j] = x[i].mul_add(y[j], acc[i][j]);
+                            }
+                        }
+                    }
+                    let c_matrix = c_item + 8 * matrix as u64 * p.stride_c;
+                    for i in 0..TM {
+                        for j in 0..TN {
+                            if let Some(at_c) = p.whole_output(me, i as u32, j as u32) {
+                                let at_c = c_matrix + 8 * at_c as u64;
+                                let value = p.epilogue(acc[i][j], || {
+                                    let [re, im] = ld_global_f32x2(at_c);
+                                    Complex32 { re, im }
+                                });
+                                stg_f32x2(at_c, [value.re, value.im]);
+                            }
+                        }
+                    }
+                }
+            }
+            if !more {
+                return;
+            }
+            sync_threads(); // every thread is done with this item's shared memory
+        }
+    }
+
+    /// One operand's part of a `Large` step for this thread: `N` elements `CGEMM_THREADS`
+    /// apart in the chunk's stored order. Element `u` lies at index `index + u · d_index`
+    /// along the tile's rows (columns) and at `l + u · d_l` in the chunk (one of the steps is
+    /// zero); only the first element's place is kept, the rest follow from constants.
+    struct LargeOperand<const N: usize, const KC: bool> {
+        index: u32,
+        l: u32,
+        /// Offset of element 0 from the tile's first element at `l0 = 0`.
+        offset: u64,
+        ld: u32,
+        /// The tile's first row (column) and the matrix's rows (columns).
+        first: u32,
+        limit: u32,
+    }
+
+    impl<const N: usize, const KC: bool> LargeOperand<N, KC> {
+        /// Steps per element along the tile's rows (columns) and along k.
+        const D_INDEX: u32 = if KC { CGEMM_THREADS / LARGE_BK } else { 0 };
+
+        #[inline(always)]
+        fn d_l(extent: u32) -> u32 {
+            if KC { 0 } else { CGEMM_THREADS / extent }
+        }
+
+        #[inline(always)]
+        fn new(extent: u32, ld: u32, first: u32, limit: u32) -> Self {
+            let (index, l) = super::large_element(thread_idx_x(), extent, KC);
+            let offset = if KC { l as u64 + index as u64 * ld as u64 } else { index as u64 + l as u64 * ld as u64 };
+            LargeOperand { index, l, offset, ld, first, limit }
+        }
+
+        /// Loads chunk `l0` from `base` (the tile's first element): zeros past the matrix or k,
+        /// conjugated where `conj`.
+        #[inline(always)]
+        fn fetch(&self, extent: u32, base: u64, l0: u32, k: u32, conj: bool) -> [Complex32; N] {
+            let step = if KC { l0 as u64 } else { l0 as u64 * self.ld as u64 };
+            // Offset from element u to u + 1.
+            let d_offset =
+                if KC { Self::D_INDEX as u64 * self.ld as u64 } else { Self::d_l(extent) as u64 * self.ld as u64 };
+            let at = base + 8 * (self.offset + step);
+            let mut v = [Complex32::ZERO; N];
+            for u in 0..N as u32 {
+                let index = self.first + self.index + u * Self::D_INDEX;
+                let l = l0 + self.l + u * Self::d_l(extent);
+                if index < self.limit && l < k {
+                    let [re, im] = ldg_nc_f32x2(at + 8 * u as u64 * d_offset);
+                    v[u as usize] = Complex32 { re, im: if conj { -im } else { im } };
+                }
+            }
+            v
+        }
+
+        /// Stores a chunk into `region`, which holds `op(X)[index, l]` at `l · pitch + index`.
+        #[inline(always)]
+        fn store(&self, extent: u32, pitch: u32, region: u32, v: &[Complex32; N]) {
+            let slot = self.l * pitch + self.index;
+            let d_slot = Self::d_l(extent) * pitch + Self::D_INDEX;
+            for u in 0..N as u32 {
+                st_shared_f32x2(region + 8 * (slot + u * d_slot), [v[u as usize].re, v[u as usize].im]);
+            }
+        }
+    }
+
+    /// One `16·TM x 16·TN` tile of one matrix per block (16 x 16 threads, thread `(tx, ty)`
+    /// owning rows `tx + 16 i` and columns `ty + 16 j`), k in chunks of `LARGE_BK`, the next
+    /// chunk's loads in flight while the current one is computed. `AK` / `BK`: A / B stored
+    /// with k contiguous.
+    pub unsafe fn large<const TM: usize, const TN: usize, const AK: bool, const BK: bool>(p: &CgemmParams) {
+        let item = block_idx_x();
+        if item >= p.items {
+            return;
+        }
+        let at = p.item_coords(item);
+        let (bm, bn) = (16 * TM as u32, 16 * TN as u32);
+        let (a_pitch, b_pitch) = (bm + 1, bn + 1);
+        let batch = p.batch_base + at.first as u64;
+        // Each thread stages TM elements of A's chunk (bm x LARGE_BK) and TN of B's.
+        let a_op = LargeOperand::<TM, AK>::new(bm, p.lda, at.row0, p.m);
+        let b_op = LargeOperand::<TN, BK>::new(bn, p.ldb, at.col0, p.n);
+        let a_tile =
+            to_global(p.a) + 8 * (batch * p.stride_a + if AK { at.row0 as u64 * p.lda as u64 } else { at.row0 as u64 });
+        // B's chunk is LARGE_BK x bn; stored with k contiguous it runs down its columns.
+        let b_tile =
+            to_global(p.b) + 8 * (batch * p.stride_b + if BK { at.col0 as u64 * p.ldb as u64 } else { at.col0 as u64 });
+        let (conj_a, conj_b) = (p.op_a == Op::C as u32, p.op_b == Op::C as u32);
+        let smem = smem_base();
+        let b_region = smem + 8 * LARGE_BK * a_pitch;
+        let (tx, ty) = (thread_idx_x() % 16, thread_idx_x() / 16);
+        let a_mine = smem + 8 * tx;
+        let b_mine = b_region + 8 * ty;
+
+        let mut a_next = a_op.fetch(bm, a_tile, 0, p.k, conj_a);
+        let mut b_next = b_op.fetch(bn, b_tile, 0, p.k, conj_b);
+        let mut acc = [[Complex32::ZERO; TN]; TM];
+        let mut l0 = 0;
+        while l0 < p.k {
+            if l0 > 0 {
+                sync_threads(); // every thread is done with the last chunk
+            }
+            a_op.store(bm, a_pitch, smem, &a_next);
+            b_op.store(bn, b_pitch, b_region, &b_next);
+            sync_threads();
+            if l0 + LARGE_BK < p.k {
+                a_next = a_op.fetch(bm, a_tile, l0 + LARGE_BK, p.k, conj_a);
+                b_next = b_op.fetch(bn, b_tile, l0 + LARGE_BK, p.k, conj_b);
+            }
+            for l in 0..LARGE_BK {
+                let mut x = [Complex32::ZERO; TM];
+                let mut y = [Complex32::ZERO; TN];
+                for i in 0..TM {
+                    x[i] = lds(a_mine + 8 * (l * a_pitch + 16 * i as u32));
+                }
+                for j in 0..TN {
+                    y[j] = lds(b_mine + 8 * (l * b_pitch + 16 * j as u32));
+                }
+                for i in 0..TM {
+                    for j in 0..TN {
+                        acc[i][j] = x[i].mul_add(y[j], acc[i][j]);
+                    }
+                }
+            }
+            l0 += LARGE_BK;
+        }
+
+        let c = to_global(p.c);
+        for i in 0..TM {
+            for j in 0..TN {
+                let (row, col) = (at.row0 + tx + 16 * i as u32, at.col0 + ty + 16 * j as u32);
+                if row < p.m && col < p.n {
+                    let at_c = c + 8 * (batch * p.stride_c + row as u64 + col as u64 * p.ldc as u64);
+                    let value = p.epilogue(acc[i][j], || {
+                        let [re, im] = ld_global_f32x2(at_c);
+                        Complex32 { re, im }
+                    });
+                    stg_f32x2(at_c, [value.re, value.im]);
+                }
+            }
         }
     }
 }

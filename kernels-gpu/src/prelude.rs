@@ -11,6 +11,15 @@ pub fn thread_idx_x() -> u32 {
     unsafe { nvptx::_thread_idx_x() as u32 }
 }
 
+/// `%tid.x`, read anew at each call: index math built on it is recomputed where it is used
+/// instead of hoisted out of loops, which trades a few integer instructions for registers.
+#[inline(always)]
+pub fn thread_idx_x_each_time() -> u32 {
+    let t: u32;
+    unsafe { asm!("mov.u32 {t}, %tid.x;", t = out(reg32) t, options(nomem, nostack)) };
+    t
+}
+
 #[inline(always)]
 pub fn block_dim_x() -> u32 {
     unsafe { nvptx::_block_dim_x() as u32 }
@@ -186,6 +195,18 @@ pub fn ldg_nc_f32x2(global_addr: u64) -> [f32; 2] {
     [a, b]
 }
 
+/// Read-only 16-byte global load; `global_addr` 16-byte aligned.
+#[inline(always)]
+pub fn ldg_nc_f32x4(global_addr: u64) -> [f32; 4] {
+    let (a, b, c, d): (f32, f32, f32, f32);
+    unsafe {
+        asm!("ld.global.nc.v4.f32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            p = in(reg64) global_addr, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+            options(readonly, nostack))
+    };
+    [a, b, c, d]
+}
+
 /// A coherent global load, for memory the launch also writes.
 #[inline(always)]
 pub fn ld_global_f32(global_addr: u64) -> f32 {
@@ -214,4 +235,24 @@ pub fn stg_f32x2(global_addr: u64, v: [f32; 2]) {
         asm!("st.global.v2.f32 [{p}], {{{a}, {b}}};", p = in(reg64) global_addr, a = in(reg32) v[0], b = in(reg32) v[1],
             options(nostack))
     };
+}
+
+/// 8-byte shared store (two f32, e.g. one complex); `addr` 8-byte aligned.
+#[inline(always)]
+pub fn st_shared_f32x2(addr: u32, v: [f32; 2]) {
+    unsafe {
+        asm!("st.shared.v2.f32 [{p}], {{{a}, {b}}};", p = in(reg32) addr, a = in(reg32) v[0], b = in(reg32) v[1],
+            options(nostack))
+    };
+}
+
+/// 8-byte shared load; `addr` 8-byte aligned.
+#[inline(always)]
+pub fn ld_shared_f32x2(addr: u32) -> [f32; 2] {
+    let (a, b): (f32, f32);
+    unsafe {
+        asm!("ld.shared.v2.f32 {{{a}, {b}}}, [{p}];", p = in(reg32) addr, a = out(reg32) a, b = out(reg32) b,
+            options(readonly, nostack))
+    };
+    [a, b]
 }
