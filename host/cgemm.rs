@@ -210,36 +210,51 @@ fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
     [cm.op_a != Op::N, cm.op_b == Op::N]
 }
 
-/// The variant the heuristic gives `g` (interleaved storage unless `planar`):
-/// - `Whole` where the matrices fit a block whole: 1 row (column) per thread up to 16, 2 up
-///   to 32, 4 beyond;
-/// - else `Large` where C's sides are both at least 32 (4 rows or columns per thread from
-///   64, else 2) or one is at least 64 and the other 8 (a 16 x 64 tile);
+/// The variant the heuristic gives `g` (interleaved storage unless `planar`), from the
+/// measured bests of `bench cgemm --variant all` on the H200 (benches/NOTES.md):
+/// - `Element` where C has one or two columns and at least 16 rows (matrix times vector);
+/// - `Large` 1 x 4 where C has 8 to 16 rows and at least 64 columns;
+/// - `Whole` where the matrices fit a block whole: 1 row per thread up to 16 rows (then 1,
+///   2 or 4 columns per thread from 1, 2 and 8 columns), 2 up to 32 (2 columns, 4 past 32);
+/// - else `Large` from 32 rows and 8 columns: 4 rows per thread from 64, else 2; 2
+///   columns from 32, else 1;
 /// - else `Tiled`, 4 rows (columns) per thread from 24 on, 2 from 12, else 1.
 ///
-/// Planar storage takes `Tiled`.
+/// Planar storage takes `Element` or `Tiled`.
 pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
     let cm = g.column_major();
     let kc = k_contiguous(&cm);
+    let (m, n) = (cm.m, cm.n);
+    let element = cgemm_tile(Family::Element, 1, 1, kc).expect("CGEMM_TILES has the element kernel");
+    if n <= 2 && m >= 16 {
+        return element;
+    }
     if !planar {
-        let whole_side = |extent: usize| match extent {
+        if (8..=16).contains(&m) && n >= 64 {
+            return cgemm_tile(Family::Large, 1, 4, kc).expect("CGEMM_TILES has Large 1 x 4 for every layout");
+        }
+        let tm = match m {
             0..=16 => 1,
             17..=32 => 2,
             _ => 4,
         };
-        if let Some(tile) = cgemm_tile(Family::Whole, whole_side(cm.m), whole_side(cm.n), kc)
+        let tn = match n {
+            1 => 1,
+            2..=7 => 2,
+            _ if tm == 1 => 4,
+            8..=32 => 2,
+            _ => 4,
+        };
+        if let Some(tile) = cgemm_tile(Family::Whole, tm, tn, kc)
             && shape(g, tile).is_some()
         {
             return tile;
         }
-        let large_side = |extent: usize| if extent >= 64 { 4 } else { 2 };
-        let large = match (cm.m, cm.n) {
-            (32.., 32..) => cgemm_tile(Family::Large, large_side(cm.m), large_side(cm.n), kc),
-            (8.., 64..) => cgemm_tile(Family::Large, 1, 4, kc),
-            _ => None,
-        };
-        if let Some(tile) = large {
-            return tile;
+        if m >= 32 && n >= 8 {
+            let tm = if m >= 64 { 4 } else { 2 };
+            let tn = if n >= 32 { 2 } else { 1 };
+            let tm = if tn == 1 { 4 } else { tm }; // Large has 4 x 1, not 2 x 1
+            return cgemm_tile(Family::Large, tm, tn, kc).expect("CGEMM_TILES has these Large tiles for every layout");
         }
     }
     let side = |extent: usize| match extent {
@@ -247,7 +262,7 @@ pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
         12.. => 2,
         _ => 1,
     };
-    cgemm_tile(Family::Tiled, side(cm.m), side(cm.n), kc).expect("CGEMM_TILES covers every pair of 1, 2 and 4")
+    cgemm_tile(Family::Tiled, side(m), side(n), kc).expect("CGEMM_TILES covers every pair of 1, 2 and 4")
 }
 
 /// How `tile` tiles `g` (sizes of the column-major problem); `None` where `tile` cannot
@@ -260,6 +275,7 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
     match tile.family {
         Family::Tiled => Some(CgemmShape::new(*tile, m, n, k, batch)),
         Family::Large => (tile.k_contiguous == Some(k_contiguous(&cm))).then(|| CgemmShape::large(*tile)),
+        Family::Element => Some(CgemmShape::element(*tile)),
         Family::Whole => {
             let span = cm.validate().ok()?.span;
             if span[2] > i32::MAX as usize {
@@ -345,8 +361,8 @@ pub fn cgemm_planar<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
     cgemm_planar_with_tile(gpu, stream, g, choose_tile(g, true), alpha, a, b, beta, c)
 }
 
-/// [`cgemm_planar`] with a `Tiled` variant of the caller's choice (the others take
-/// interleaved storage only: [`Error::InvalidShape`]).
+/// [`cgemm_planar`] with a `Tiled` or `Element` variant of the caller's choice (the others
+/// take interleaved storage only: [`Error::InvalidShape`]).
 #[allow(clippy::too_many_arguments)]
 pub fn cgemm_planar_with_tile<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
     gpu: &Gpu,
@@ -359,7 +375,7 @@ pub fn cgemm_planar_with_tile<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
     beta: Complex32,
     c: PlanarMut<'_, Q>,
 ) -> Result<()> {
-    if tile.family != Family::Tiled {
+    if !matches!(tile.family, Family::Tiled | Family::Element) {
         return Err(Error::invalid("tile", format!("{} takes interleaved storage only", tile.name)));
     }
     // Each part must hold the elements; the shorter of a pair decides.
@@ -434,7 +450,7 @@ pub fn params(
         ldb: u(g.ldb),
         ldc: u(g.ldc),
         batches: count as u32,
-        items: (count.div_ceil(shape.per_block() as u64) * (row_tiles * col_tiles) as u64) as u32,
+        items: (count.div_ceil(shape.per_block as u64) * (row_tiles * col_tiles) as u64) as u32,
         op_a: g.op_a as u32,
         op_b: g.op_b as u32,
         planar: 0,
@@ -445,7 +461,7 @@ pub fn params(
         chunks: shape.chunks(u(g.k)),
         per_round: shape.per_round,
         rounds: shape.rounds,
-        per_block: shape.per_block(),
+        per_block: shape.per_block,
         thread_cols: shape.thread_cols,
         a_pitch: shape.a_pitch(),
         b_pitch: shape.b_pitch(),
@@ -470,7 +486,7 @@ pub fn launches(g: &BatchedGemm, shape: &CgemmShape) -> Vec<(u64, u64, u32)> {
     let cm = g.column_major();
     let (row_tiles, col_tiles) = shape.tiles(cm.m as u32, cm.n as u32);
     let tiles = row_tiles as u64 * col_tiles as u64;
-    let per_block = shape.per_block() as u64;
+    let per_block = shape.per_block as u64;
     let per_launch = (MAX_ITEMS / tiles).max(1) * per_block;
     let mut out = Vec::new();
     let mut first = 0u64;
@@ -505,15 +521,17 @@ fn launch(
     // Whole blocks walk their items grid-stride: as many as the SMs hold at once.
     let resident = match tile.family {
         Family::Whole => gpu.resident_blocks(tile.name, CGEMM_THREADS, shape.smem_bytes())?.max(1) * gpu.sm_count(),
-        Family::Tiled | Family::Large => u32::MAX,
+        Family::Tiled | Family::Large | Family::Element => u32::MAX,
     };
     for (first, count, items) in launches(g, &shape) {
         let mut p = params(g, &shape, alpha, beta, first, count);
         (p.a, p.a_im, p.b, p.b_im, p.c, p.c_im) = (a[0], a[1], b[0], b[1], c[0], c[1]);
         (p.a_len, p.b_len) = (lengths[0], lengths[1]);
         p.planar = planar as u32;
+        // An Element block covers 256 items (outputs); the others one item at a time.
+        let blocks = if tile.family == Family::Element { items.div_ceil(CGEMM_THREADS) } else { items.min(resident) };
         let cfg = LaunchConfig {
-            grid_dim: (items.min(resident), 1, 1),
+            grid_dim: (blocks, 1, 1),
             block_dim: (CGEMM_THREADS, 1, 1),
             shared_mem_bytes: shape.smem_bytes(),
         };

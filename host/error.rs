@@ -43,6 +43,9 @@ pub enum Error {
     #[cfg(feature = "harness")]
     #[error("cuBLAS call {call} failed: {source:?}")]
     Cublas { call: &'static str, source: cudarc::cublas::result::CublasError },
+    #[cfg(feature = "harness")]
+    #[error("cuBLASLt call {call} failed: {source:?}")]
+    CublasLt { call: &'static str, source: cudarc::cublaslt::result::CublasError },
 }
 
 impl Error {
@@ -72,5 +75,12 @@ impl<T> Context<T> for std::result::Result<T, CudnnError> {
 impl<T> Context<T> for std::result::Result<T, cudarc::cublas::result::CublasError> {
     fn during(self, call: &'static str) -> Result<T> {
         self.map_err(|source| Error::Cublas { call, source })
+    }
+}
+
+#[cfg(feature = "harness")]
+impl<T> Context<T> for std::result::Result<T, cudarc::cublaslt::result::CublasError> {
+    fn during(self, call: &'static str) -> Result<T> {
+        self.map_err(|source| Error::CublasLt { call, source })
     }
 }

@@ -13,7 +13,7 @@ use convkit::{
     harness::{
         cgemm::{self, CgemmCase},
         check::{self, CUDNN_EXACT, CUDNN_FAST, Checker},
-        cublas::{Cublas, CublasGemm},
+        cublas::{Cublas, CublasGemm, CublasLtPlan},
         reference,
         timing::{DeviceQueue, GpuQueue, Samples, time_round},
     },
@@ -310,7 +310,7 @@ fn cgemm_matches_the_reference_on_random_problems() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn cgemm_agrees_with_cublas_and_refuses_short_buffers() {
+fn cgemm_agrees_with_cublas_and_cublaslt_and_refuses_short_buffers() {
     let gpu = gpu();
     let stream = gpu.stream();
     let cublas = Cublas::new(&gpu, stream).unwrap();
@@ -328,6 +328,14 @@ fn cgemm_agrees_with_cublas_and_refuses_short_buffers() {
             let stats = cgemm::compare(&case, &a_host, &b_host, &c_host, &gpu.download(&c).unwrap(), case.g.batch);
             // cuBLAS is held to a looser bound than ours (Gauss's 3M form among them).
             assert!(stats.worst_ratio() < 50.0, "{spec} {}: {stats:?}", which.name());
+        }
+        let mut lt = CublasLtPlan::new(&gpu, stream, &case.g).unwrap();
+        assert!(lt.algos() > 0, "{spec}: cuBLASLt proposed no algorithm");
+        for i in 0..lt.algos() {
+            let mut c = gpu.upload(&c_host).unwrap();
+            lt.matmul(i, case.alpha, &a, &b, case.beta, &mut c).unwrap();
+            let stats = cgemm::compare(&case, &a_host, &b_host, &c_host, &gpu.download(&c).unwrap(), case.g.batch);
+            assert!(stats.worst_ratio() < 50.0, "{spec} {}: {stats:?}", CublasLtPlan::name(i));
         }
         let mut c = gpu.upload(&c_host).unwrap();
         cgemm_api::cgemm(&gpu, stream, &case.g, case.alpha, &a, &b, case.beta, &mut c).unwrap();

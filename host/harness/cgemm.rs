@@ -4,7 +4,7 @@
 
 use super::{
     bench::{HBM_BYTES_PER_S, Timing},
-    cublas::{Cublas, CublasGemm},
+    cublas::{Cublas, CublasGemm, CublasLtPlan},
     reference::host_uniform,
     timing::{GpuQueue, Schedule, time_interleaved},
 };
@@ -324,8 +324,9 @@ impl CgemmCheck {
     }
 }
 
-/// The variants that compute `case`: every `Tiled` one, and with interleaved storage the
-/// `Whole` ones that hold its matrices and the `Large` ones for its stored layouts.
+/// The variants that compute `case`: every `Tiled` one and `Element`, and with interleaved
+/// storage the `Whole` ones that hold its matrices and the `Large` ones for its stored
+/// layouts.
 pub fn variants(case: &CgemmCase) -> impl Iterator<Item = &'static CgemmTile> + '_ {
     CGEMM_TILES.iter().filter(|t| t.family == Family::Tiled || !case.planar && cgemm::shape(&case.g, t).is_some())
 }
@@ -407,9 +408,11 @@ pub struct CgemmRow {
     pub sets: usize,
     /// Matrices of set 0 compared with the f64 reference.
     pub checked_batches: usize,
-    /// `candidates[0]` is ours (the heuristic's variant), then cuBLAS's two, then any
-    /// variants timed on request (named after them).
+    /// `candidates[0]` is ours (the heuristic's variant), then the `references` (cuBLAS's
+    /// two GEMMs and cuBLASLt's proposals), then any variants timed on request (named after
+    /// them).
     pub candidates: Vec<CgemmCandidate>,
+    pub references: usize,
     /// The variant the heuristic chose.
     pub variant: &'static str,
 }
@@ -421,7 +424,8 @@ impl CgemmRow {
 
     /// cuBLAS's fastest correct result.
     pub fn best_cublas(&self) -> Option<&CgemmCandidate> {
-        self.candidates[1..3].iter().filter(|c| c.violations == 0).min_by(|a, b| a.timing.p50.total_cmp(&b.timing.p50))
+        let references = &self.candidates[1..=self.references];
+        references.iter().filter(|c| c.violations == 0).min_by(|a, b| a.timing.p50.total_cmp(&b.timing.p50))
     }
 
     pub fn speedup(&self) -> Option<f64> {
@@ -441,8 +445,9 @@ impl CgemmRow {
     }
 }
 
-/// Times one problem: ours (the heuristic's variant), both cuBLAS GEMMs and each of
-/// `variants` (those that compute the problem), interleaved, inputs rotated over
+/// Times one problem: ours (the heuristic's variant), both cuBLAS GEMMs, the algorithms
+/// cuBLASLt's heuristic proposes and each of `variants` (those that compute the problem),
+/// interleaved, inputs rotated over
 /// `min_working_set` bytes, each output of set 0 (its first matrices) checked first.
 #[allow(clippy::too_many_arguments)]
 pub fn bench_case(
@@ -482,9 +487,13 @@ pub fn bench_case(
     let c0 = gpu.download(&c.slice(0..extents.c))?;
 
     let variants: Vec<_> = variants.iter().filter(|t| cgemm::shape(g, t).is_some()).collect();
+    // cuBLASLt's heuristic may propose nothing for a shape; the row then has no Lt candidate.
+    let mut lt = CublasLtPlan::new(gpu, stream, g)?;
     let mut names: Vec<&'static str> = vec!["convkit", CublasGemm::Cgemm.name(), CublasGemm::Cgemm3m.name()];
+    names.extend((0..lt.algos()).map(CublasLtPlan::name));
+    let references = names.len() - 1;
     names.extend(variants.iter().map(|t| t.name));
-    let run = |which: usize, launch: usize, c: &mut CudaSlice<Complex32>| -> Result<()> {
+    let mut run = |which: usize, launch: usize, c: &mut CudaSlice<Complex32>| -> Result<()> {
         let set = launch % sets;
         let (a, b) = (
             a.slice(set * strides[0]..set * strides[0] + extents.a),
@@ -495,7 +504,18 @@ pub fn bench_case(
             0 => cgemm::cgemm(gpu, stream, g, case.alpha, &a, &b, case.beta, &mut c),
             1 => cublas.gemm(CublasGemm::Cgemm, g, case.alpha, &a, &b, case.beta, &mut c),
             2 => cublas.gemm(CublasGemm::Cgemm3m, g, case.alpha, &a, &b, case.beta, &mut c),
-            v => cgemm::cgemm_with_tile(gpu, stream, g, variants[v - 3], case.alpha, &a, &b, case.beta, &mut c),
+            r if r <= references => lt.matmul(r - 3, case.alpha, &a, &b, case.beta, &mut c),
+            v => cgemm::cgemm_with_tile(
+                gpu,
+                stream,
+                g,
+                variants[v - 1 - references],
+                case.alpha,
+                &a,
+                &b,
+                case.beta,
+                &mut c,
+            ),
         }
     };
     let mut checks = Vec::new();
@@ -519,6 +539,7 @@ pub fn bench_case(
         })
         .collect();
     Ok(CgemmRow {
+        references,
         variant: cgemm::choose_tile(g, case.planar).name,
         label: case.label(),
         spec: case.to_string(),

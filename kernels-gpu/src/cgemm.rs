@@ -115,6 +115,9 @@ pub enum Family {
     /// tile, shared-memory reads at constant offsets. Compiled per stored layout of A and B
     /// (whether k is contiguous in each); interleaved storage.
     Large,
+    /// One thread per output, operands read through L1 (no shared memory), k unrolled by 4:
+    /// matrix-vector shapes (C with one or two columns), where a tile would idle threads.
+    Element,
 }
 
 /// K per staged chunk of the `Large` family.
@@ -135,7 +138,7 @@ pub struct CgemmTile {
 }
 
 macro_rules! cgemm_tiles {
-    ($(($name:ident, $family:ident, $tm:literal, $tn:literal, $kc:expr, $kernel:ident::<$($g:tt),*>)),* $(,)?) => {
+    ($(($name:ident, $family:ident, $tm:literal, $tn:literal, $kc:expr, $kernel:path)),* $(,)?) => {
         /// Every variant in the PTX.
         pub const CGEMM_TILES: &[CgemmTile] = &[$(CgemmTile {
             name: stringify!($name), family: Family::$family, tm: $tm, tn: $tn, k_contiguous: $kc,
@@ -143,10 +146,11 @@ macro_rules! cgemm_tiles {
 
         #[cfg(target_arch = "nvptx64")]
         mod entry {
+            use super::kernel::*;
             $(
                 #[unsafe(no_mangle)]
                 pub unsafe extern "ptx-kernel" fn $name(p: super::CgemmParams) {
-                    unsafe { super::kernel::$kernel::<$($g),*>(&p) }
+                    unsafe { $kernel(&p) }
                 }
             )*
         }
@@ -187,10 +191,15 @@ cgemm_tiles!(
     (cgemm_large_t2x2_mk, Large, 2, 2, Some([false, true]), large::<2, 2, false, true>),
     (cgemm_large_t2x2_kn, Large, 2, 2, Some([true, false]), large::<2, 2, true, false>),
     (cgemm_large_t2x2_kk, Large, 2, 2, Some([true, true]), large::<2, 2, true, true>),
+    (cgemm_large_t4x1_mn, Large, 4, 1, Some([false, false]), large::<4, 1, false, false>),
+    (cgemm_large_t4x1_mk, Large, 4, 1, Some([false, true]), large::<4, 1, false, true>),
+    (cgemm_large_t4x1_kn, Large, 4, 1, Some([true, false]), large::<4, 1, true, false>),
+    (cgemm_large_t4x1_kk, Large, 4, 1, Some([true, true]), large::<4, 1, true, true>),
     (cgemm_large_t1x4_mn, Large, 1, 4, Some([false, false]), large::<1, 4, false, false>),
     (cgemm_large_t1x4_mk, Large, 1, 4, Some([false, true]), large::<1, 4, false, true>),
     (cgemm_large_t1x4_kn, Large, 1, 4, Some([true, false]), large::<1, 4, true, false>),
     (cgemm_large_t1x4_kk, Large, 1, 4, Some([true, true]), large::<1, 4, true, true>),
+    (cgemm_element, Element, 1, 1, None, element),
 );
 
 /// The variant of `family` with a `tm x tn` register tile (and, for `Large`, the stored
@@ -269,11 +278,12 @@ pub struct CgemmShape {
     pub bn: u32,
     /// K per staged chunk.
     pub bk: u32,
-    /// Matrices the block's threads compute at once, and rounds of them per staged step
-    /// (more than one only where a step stages all of k): a block covers
-    /// `per_round · rounds` matrices.
+    /// Matrices the block's threads compute at once, rounds of them per staged step (more
+    /// than one only where a step stages all of k), and matrices per work item (at most
+    /// `per_round · rounds`; the last round may be partial).
     pub per_round: u32,
     pub rounds: u32,
+    pub per_block: u32,
     /// Threads along the rows and the columns of one matrix's tile.
     pub thread_rows: u32,
     pub thread_cols: u32,
@@ -296,7 +306,9 @@ impl CgemmShape {
             if bk >= min(k, 8) || per_round == 1 {
                 let bk = max(bk, 1);
                 let rounds = if bk == k { min(STAGE_ELEMENTS / (per_l * k), batch.div_ceil(per_round)) } else { 1 };
-                return CgemmShape { tile, bm, bn, bk, per_round, rounds: max(rounds, 1), thread_rows, thread_cols };
+                let rounds = max(rounds, 1);
+                let per_block = per_round * rounds;
+                return CgemmShape { tile, bm, bn, bk, per_round, rounds, per_block, thread_rows, thread_cols };
             }
             per_round /= 2;
         }
@@ -331,21 +343,32 @@ impl CgemmShape {
             Some(more) => 1 + more,
             None => batch, // one copy serves every matrix
         };
-        let rounds = max(min(fits / per_round, batch.div_ceil(per_round)), 1);
-        let per_round = min(per_round, fits);
-        Some(CgemmShape { tile, bm: m, bn: n, bk: k, per_round, rounds, thread_rows, thread_cols })
+        let per_block = min(fits, batch);
+        let per_round = min(per_round, per_block);
+        let rounds = per_block.div_ceil(per_round);
+        Some(CgemmShape { tile, bm: m, bn: n, bk: k, per_round, rounds, per_block, thread_rows, thread_cols })
     }
 
     /// The shape of a `Large` variant: one `16·TM x 16·TN` tile of one matrix per item.
     pub const fn large(tile: CgemmTile) -> CgemmShape {
         let (bm, bn) = (MAX_THREADS_PER_SIDE * tile.tm, MAX_THREADS_PER_SIDE * tile.tn);
         let side = MAX_THREADS_PER_SIDE;
-        CgemmShape { tile, bm, bn, bk: LARGE_BK, per_round: 1, rounds: 1, thread_rows: side, thread_cols: side }
+        CgemmShape {
+            tile,
+            bm,
+            bn,
+            bk: LARGE_BK,
+            per_round: 1,
+            rounds: 1,
+            per_block: 1,
+            thread_rows: side,
+            thread_cols: side,
+        }
     }
 
-    /// Matrices per block.
-    pub const fn per_block(&self) -> u32 {
-        self.per_round * self.rounds
+    /// The shape of the `Element` variant: a work item is one output.
+    pub const fn element(tile: CgemmTile) -> CgemmShape {
+        CgemmShape { tile, bm: 1, bn: 1, bk: 1, per_round: 1, rounds: 1, per_block: 1, thread_rows: 1, thread_cols: 1 }
     }
 
     /// Threads that compute (the rest of the block only stages).
@@ -355,7 +378,7 @@ impl CgemmShape {
 
     /// Elements staged per step: every matrix's `bm x bk` chunk of A and `bk x bn` of B.
     pub const fn staged(&self) -> u32 {
-        self.per_block() * self.bk * (self.bm + self.bn)
+        self.per_block * self.bk * (self.bm + self.bn)
     }
 
     /// Elements (complex) between rows `l` and `l + 1` of a staged `op(A)` chunk, which
@@ -385,10 +408,11 @@ impl CgemmShape {
             // The footprints of every matrix, within WHOLE_ELEMENTS by construction.
             Family::Whole => return 8 * WHOLE_ELEMENTS,
             Family::Large => return 8 * LARGE_BK * (self.a_pitch() + self.b_pitch()),
+            Family::Element => return 0,
             Family::Tiled => {}
         }
         let overreach = self.tile.tm * self.thread_rows - self.bm + self.tile.tn * self.thread_cols - self.bn;
-        8 * (self.per_block() * (self.a_matrix() + self.b_matrix()) + overreach)
+        8 * (self.per_block * (self.a_matrix() + self.b_matrix()) + overreach)
     }
 
     /// Tiles of one matrix's C along its rows and its columns.
@@ -856,19 +880,24 @@ mod kernel {
             Copies { copies, values }
         }
 
-        /// Stores the copies: A's footprint at `smem`, B's at `b_region`.
+        /// Stores the copies: A's footprint at `smem`, B's at `b_region`, imaginary parts
+        /// times `signs` (-1 for a conjugated operand).
         #[inline(always)]
-        fn store(&self, smem: u32, b_region: u32) {
+        fn store(&self, smem: u32, b_region: u32, signs: [f32; 2]) {
             for u in 0..SLOTS / 2 {
                 if let Some((which, q)) = Self::locate(&self.copies, thread_idx_x() + u as u32 * CGEMM_THREADS) {
-                    let (region, copy) = if which == 0 { (smem, &self.copies[0]) } else { (b_region, &self.copies[1]) };
+                    let (region, copy, sign) = if which == 0 {
+                        (smem, &self.copies[0], signs[0])
+                    } else {
+                        (b_region, &self.copies[1], signs[1])
+                    };
                     let pair = copy.pair(q);
                     let v = self.values[u];
                     if let Some(slot) = pair.slots[0] {
-                        st_shared_f32x2(region + 8 * slot, [v[0], v[1]]);
+                        st_shared_f32x2(region + 8 * slot, [v[0], sign * v[1]]);
                     }
                     if let Some(slot) = pair.slots[1] {
-                        st_shared_f32x2(region + 8 * slot, [v[2], v[3]]);
+                        st_shared_f32x2(region + 8 * slot, [v[2], sign * v[3]]);
                     }
                 }
             }
@@ -887,11 +916,11 @@ mod kernel {
         let c = to_global(p.c);
         let smem = smem_base();
         let me = p.thread_coords(thread_idx_x());
-        // op(A)[row, l] at row · a_row + l · a_l of its matrix; conjugation as a sign.
+        // op(A)[row, l] at row · a_row + l · a_l of its matrix (conjugated when staged).
         let (a_row, a_l) = if p.op_a == Op::N as u32 { (1, p.lda) } else { (p.lda, 1) };
         let (b_l, b_col) = if p.op_b == Op::N as u32 { (1, p.ldb) } else { (p.ldb, 1) };
-        let a_sign = if p.op_a == Op::C as u32 { -1.0 } else { 1.0 };
-        let b_sign = if p.op_b == Op::C as u32 { -1.0 } else { 1.0 };
+        let sign = |op: u32| if op == Op::C as u32 { -1.0 } else { 1.0 };
+        let signs = [sign(p.op_a), sign(p.op_b)];
         let (rows, cols) = (p.thread_rows.divisor, p.thread_cols);
         // Rows (columns) past the matrix read its last one; their outputs are dropped.
         let mut a_at = [0u32; TM];
@@ -909,7 +938,7 @@ mod kernel {
         let mut next = Copies::fetch(p, at, src);
         loop {
             let b_region = smem + 8 * next.copies[0].count;
-            next.store(smem, b_region);
+            next.store(smem, b_region, signs);
             sync_threads();
             let this_at = at;
             item += grid_dim_x();
@@ -935,11 +964,9 @@ mod kernel {
                         let mut y = [Complex32::ZERO; TN];
                         for i in 0..TM {
                             x[i] = lds(a_base + 8 * (a_at[i] + l * a_l));
-                            x[i].im *= a_sign;
                         }
                         for j in 0..TN {
                             y[j] = lds(b_base + 8 * (b_at[j] + l * b_l));
-                            y[j].im *= b_sign;
                         }
                         for i in 0..TM {
                             for j in 0..TN {
@@ -1106,6 +1133,63 @@ mod kernel {
                     stg_f32x2(at_c, [value.re, value.im]);
                 }
             }
+        }
+    }
+
+    /// One output per thread (work item = output): its row of `op(A)` and column of `op(B)`
+    /// read straight from global memory (through L1, which holds what neighbouring threads
+    /// share), four k-steps of loads in flight at a time.
+    pub unsafe fn element(p: &CgemmParams) {
+        const UNROLL: u32 = 4;
+        let item = block_idx_x() * CGEMM_THREADS + thread_idx_x();
+        if item >= p.items {
+            return;
+        }
+        let at = p.item_coords(item);
+        let batch = p.batch_base + at.first as u64;
+        let (row, col) = (at.row0 as u64, at.col0 as u64);
+        let planar = p.planar != 0;
+        // op(A)[row, l] at a_row + l · a_l; op(B)[l, col] at b_col + l · b_l.
+        let (a_row, a_l) = if p.op_a == Op::N as u32 { (row, p.lda as u64) } else { (row * p.lda as u64, 1) };
+        let (b_col, b_l) = if p.op_b == Op::N as u32 { (col * p.ldb as u64, 1) } else { (col, p.ldb as u64) };
+        let (a_row, b_col) = (batch * p.stride_a + a_row, batch * p.stride_b + b_col);
+        let sign = |op: u32| if op == Op::C as u32 { -1.0 } else { 1.0 };
+        let (a_sign, b_sign) = (sign(p.op_a), sign(p.op_b));
+        let (a, a_im, b, b_im) = (to_global(p.a), to_global(p.a_im), to_global(p.b), to_global(p.b_im));
+        let mut acc = Complex32::ZERO;
+        let mut l = 0;
+        while l < p.k {
+            let mut x = [Complex32::ZERO; UNROLL as usize];
+            let mut y = [Complex32::ZERO; UNROLL as usize];
+            for u in 0..UNROLL as usize {
+                if l + (u as u32) < p.k {
+                    let ll = (l + u as u32) as u64;
+                    x[u] = load(planar, a, a_im, a_row + ll * a_l);
+                    y[u] = load(planar, b, b_im, b_col + ll * b_l);
+                }
+            }
+            for u in 0..UNROLL as usize {
+                x[u].im *= a_sign;
+                y[u].im *= b_sign;
+                acc = x[u].mul_add(y[u], acc);
+            }
+            l += UNROLL;
+        }
+        let (c, c_im) = (to_global(p.c), to_global(p.c_im));
+        let at_c = batch * p.stride_c + row + col * p.ldc as u64;
+        let value = p.epilogue(acc, || {
+            if planar {
+                Complex32 { re: ld_global_f32(c + 4 * at_c), im: ld_global_f32(c_im + 4 * at_c) }
+            } else {
+                let [re, im] = ld_global_f32x2(c + 8 * at_c);
+                Complex32 { re, im }
+            }
+        });
+        if planar {
+            stg_f32(c + 4 * at_c, value.re);
+            stg_f32(c_im + 4 * at_c, value.im);
+        } else {
+            stg_f32x2(c + 8 * at_c, [value.re, value.im]);
         }
     }
 }
