@@ -201,7 +201,8 @@ fn emulate_large(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Compl
     let (bm, bn) = (shape.bm, shape.bn);
     let (a_pitch, b_pitch) = (bm + 1, bn + 1);
     let b_region = (LARGE_BK * a_pitch) as usize;
-    assert_eq!(shape.smem_bytes() as usize, 8 * (b_region + (LARGE_BK * b_pitch) as usize));
+    let stage_len = b_region + (LARGE_BK * b_pitch) as usize;
+    assert_eq!(shape.smem_bytes() as usize, 8 * 2 * stage_len, "two stages of both chunks");
     let mut written = vec![0u8; c.len()];
     let input = c.to_vec();
     for (first, count, items) in cgemm::launches(g, &shape) {
@@ -210,9 +211,11 @@ fn emulate_large(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Compl
             let at = p.item_coords(item);
             let batch = (p.batch_base + at.first as u64) as usize;
             let mut acc = vec![Complex32::ZERO; 256 * tm * tn];
+            let mut smem = vec![Complex32::new(f32::NAN, f32::NAN); (shape.smem_bytes() / 8) as usize];
             let mut l0 = 0;
             while l0 < p.k {
-                let mut smem = vec![Complex32::new(f32::NAN, f32::NAN); (shape.smem_bytes() / 8) as usize];
+                // Chunk c lives in stage c mod 2; what it stages there is all its reads see.
+                let base = (l0 / LARGE_BK % 2) as usize * stage_len;
                 let mut staged = vec![false; smem.len()];
                 for t in 0..CGEMM_THREADS {
                     for (per_thread, extent, pitch, kc, region, first, limit, ld, stride, src, conj) in [
@@ -221,7 +224,8 @@ fn emulate_large(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Compl
                     ] {
                         for u in 0..per_thread as u32 {
                             let (index, l) = large_element(t + u * CGEMM_THREADS, extent, kc);
-                            let slot = region + (l * pitch + index) as usize;
+                            let slot = base + region + (l * pitch + index) as usize;
+                            assert!(slot < base + stage_len, "{case}: a slot outside its stage");
                             assert!(!staged[slot], "{case}: slot staged twice");
                             staged[slot] = true;
                             let (i, ll) = ((first + index) as usize, (l0 + l) as usize);
@@ -239,8 +243,8 @@ fn emulate_large(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Compl
                     for l in 0..LARGE_BK as usize {
                         for i in 0..tm {
                             for j in 0..tn {
-                                let x = l * a_pitch as usize + tx + 16 * i;
-                                let y = b_region + l * b_pitch as usize + ty + 16 * j;
+                                let x = base + l * a_pitch as usize + tx + 16 * i;
+                                let y = base + b_region + l * b_pitch as usize + ty + 16 * j;
                                 assert!(staged[x] && staged[y], "{case}: unstaged read");
                                 let cell = &mut acc[(t * tm + i) * tn + j];
                                 *cell = smem[x].mul_add(smem[y], *cell);

@@ -285,6 +285,8 @@ fn run_info(device: usize) -> Result<ExitCode, Error> {
     }
     let names: Vec<_> = direct::variants().iter().map(|t| t.name).collect();
     println!("direct kernels: {}", names.join(", "));
+    let cgemm: Vec<_> = CGEMM_TILES.iter().map(|t| t.name).collect();
+    println!("cgemm variants: {}", cgemm.join(", "));
     let suites: Vec<_> = SUITES.iter().map(|(n, _)| *n).collect();
     println!("built-in suites: {}", suites.join(", "));
     Ok(ExitCode::SUCCESS)

@@ -407,7 +407,8 @@ impl CgemmShape {
         match self.tile.family {
             // The footprints of every matrix, within WHOLE_ELEMENTS by construction.
             Family::Whole => return 8 * WHOLE_ELEMENTS,
-            Family::Large => return 8 * LARGE_BK * (self.a_pitch() + self.b_pitch()),
+            // Two stages of both chunks.
+            Family::Large => return 2 * 8 * LARGE_BK * (self.a_pitch() + self.b_pitch()),
             Family::Element => return 0,
             Family::Tiled => {}
         }
@@ -1060,8 +1061,9 @@ mod kernel {
     }
 
     /// One `16·TM x 16·TN` tile of one matrix per block (16 x 16 threads, thread `(tx, ty)`
-    /// owning rows `tx + 16 i` and columns `ty + 16 j`), k in chunks of `LARGE_BK`, the next
-    /// chunk's loads in flight while the current one is computed. `AK` / `BK`: A / B stored
+    /// owning rows `tx + 16 i` and columns `ty + 16 j`), k in chunks of `LARGE_BK` through two
+    /// shared-memory stages: the next chunk's loads are in flight while the current one is
+    /// computed, then stored into the other stage; one barrier per chunk. `AK` / `BK`: A / B stored
     /// with k contiguous.
     pub unsafe fn large<const TM: usize, const TN: usize, const AK: bool, const BK: bool>(p: &CgemmParams) {
         let item = block_idx_x();
@@ -1081,27 +1083,30 @@ mod kernel {
         let b_tile =
             to_global(p.b) + 8 * (batch * p.stride_b + if BK { at.col0 as u64 * p.ldb as u64 } else { at.col0 as u64 });
         let (conj_a, conj_b) = (p.op_a == Op::C as u32, p.op_b == Op::C as u32);
-        let smem = smem_base();
-        let b_region = smem + 8 * LARGE_BK * a_pitch;
+        // Two stages (A's chunk, then B's), alternating: chunk c + 1 is stored into one while
+        // chunk c is read from the other, one barrier per chunk.
+        let stage_bytes = 8 * LARGE_BK * (a_pitch + b_pitch);
         let (tx, ty) = (thread_idx_x() % 16, thread_idx_x() / 16);
-        let a_mine = smem + 8 * tx;
-        let b_mine = b_region + 8 * ty;
+        let stage = |s: u32| {
+            let a_region = smem_base() + s * stage_bytes;
+            (a_region, a_region + 8 * LARGE_BK * a_pitch)
+        };
 
-        let mut a_next = a_op.fetch(bm, a_tile, 0, p.k, conj_a);
-        let mut b_next = b_op.fetch(bn, b_tile, 0, p.k, conj_b);
+        let (a0, b0) = stage(0);
+        a_op.store(bm, a_pitch, a0, &a_op.fetch(bm, a_tile, 0, p.k, conj_a));
+        b_op.store(bn, b_pitch, b0, &b_op.fetch(bn, b_tile, 0, p.k, conj_b));
+        sync_threads();
         let mut acc = [[Complex32::ZERO; TN]; TM];
-        let mut l0 = 0;
+        let (mut l0, mut current) = (0, 0);
         while l0 < p.k {
-            if l0 > 0 {
-                sync_threads(); // every thread is done with the last chunk
-            }
-            a_op.store(bm, a_pitch, smem, &a_next);
-            b_op.store(bn, b_pitch, b_region, &b_next);
-            sync_threads();
-            if l0 + LARGE_BK < p.k {
+            let more = l0 + LARGE_BK < p.k;
+            let (mut a_next, mut b_next) = ([Complex32::ZERO; TM], [Complex32::ZERO; TN]);
+            if more {
                 a_next = a_op.fetch(bm, a_tile, l0 + LARGE_BK, p.k, conj_a);
                 b_next = b_op.fetch(bn, b_tile, l0 + LARGE_BK, p.k, conj_b);
             }
+            let (a_region, b_region) = stage(current);
+            let (a_mine, b_mine) = (a_region + 8 * tx, b_region + 8 * ty);
             for l in 0..LARGE_BK {
                 let mut x = [Complex32::ZERO; TM];
                 let mut y = [Complex32::ZERO; TN];
@@ -1117,6 +1122,14 @@ mod kernel {
                     }
                 }
             }
+            if more {
+                // The other stage was last read for chunk c - 1, before the last barrier.
+                let (a_other, b_other) = stage(1 - current);
+                a_op.store(bm, a_pitch, a_other, &a_next);
+                b_op.store(bn, b_pitch, b_other, &b_next);
+                sync_threads();
+            }
+            current = 1 - current;
             l0 += LARGE_BK;
         }
 
