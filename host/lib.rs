@@ -5,6 +5,7 @@
 //! - [`conv::direct`]: grouped direct convolution (dense, grouped, depthwise, channel
 //!   multipliers), forward, f32, NCHW.
 //! - [`cgemm`]: batched complex GEMM, `C = α·op(A)·op(B) + β·C`, interleaved or planar.
+//! - [`fft`]: batched complex FFT (lengths 2^a 3^b 5^c 7^d up to 2048), rows or columns.
 //! - [`conv::cudnn`]: the same convolution through cuDNN's graph API (its cuDNN 9 engines)
 //!   and its legacy API.
 //! - `harness` (cargo feature `harness`): references, `check`, timing and `bench`.
@@ -15,6 +16,7 @@
 pub mod cgemm;
 pub mod conv;
 mod error;
+pub mod fft;
 mod gpu;
 #[cfg(feature = "harness")]
 pub mod harness;

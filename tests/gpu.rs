@@ -348,3 +348,73 @@ fn cgemm_agrees_with_cublas_and_cublaslt_and_refuses_short_buffers() {
     let result = cgemm_api::cgemm(&gpu, stream, &g, Complex32::ONE, &a, &b, Complex32::ZERO, &mut c);
     assert!(matches!(result, Err(Error::BufferSize { buffer: "b", expected: 640, got: 639 })), "{result:?}");
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fft_matches_an_f64_dft_in_rows_and_columns_and_leaves_gaps_alone() {
+    use convkit::fft::{Direction, FftLayout, FftPlan};
+    let gpu = gpu();
+    let stream = gpu.stream();
+    let lengths = [1usize, 2, 3, 7, 8, 12, 35, 64, 100, 128, 343, 360, 512, 1000, 1024, 2048];
+    let mut worst: f64 = 0.0;
+    for (i, &n) in lengths.iter().enumerate() {
+        let plan = FftPlan::new(&gpu, n).unwrap();
+        let batch = 1 + (mix(0xff7, i as u64) % 5) as usize;
+        // Rows with a gap of 3 after each, and the columns of `batch` images n high, 5 wide.
+        let layouts = [FftLayout { outer_dist: n + 3, ..FftLayout::rows(n, batch) }, FftLayout::columns(n, 5, batch)];
+        for (l, layout) in layouts.iter().enumerate() {
+            let len = layout.validate().unwrap() + 3;
+            let x: Vec<Complex32> = reference::host_uniform(mix(i as u64, l as u64), 2 * len)
+                .chunks(2)
+                .map(|p| Complex32::new(p[0], p[1]))
+                .collect();
+            let input = gpu.upload(&x).unwrap();
+            for direction in [Direction::Forward, Direction::Inverse] {
+                let sentinel = Complex32::new(f32::NAN, 7.0);
+                let mut output = gpu.upload(&vec![sentinel; len]).unwrap();
+                let scale = if direction == Direction::Inverse { 1.0 / n as f32 } else { 1.0 };
+                plan.execute(&gpu, stream, layout, direction, scale, &input, &mut output).unwrap();
+                let out = gpu.download(&output).unwrap();
+                let mut touched = vec![false; len];
+                for b in 0..layout.batch {
+                    let base = (b / layout.inner) * layout.outer_dist + (b % layout.inner) * layout.inner_dist;
+                    let at: Vec<usize> = (0..n).map(|e| base + e * layout.stride).collect();
+                    let sign = if direction == Direction::Inverse { 1.0 } else { -1.0 };
+                    let (mut err, mut norm) = (0.0f64, 0.0f64);
+                    for k in 0..n {
+                        let (mut re, mut im) = (0.0f64, 0.0f64);
+                        for (e, &src) in at.iter().enumerate() {
+                            let angle = sign * 2.0 * std::f64::consts::PI * ((e * k) % n) as f64 / n as f64;
+                            let (c, s) = (angle.cos(), angle.sin());
+                            re += x[src].re as f64 * c - x[src].im as f64 * s;
+                            im += x[src].re as f64 * s + x[src].im as f64 * c;
+                        }
+                        let (re, im) = (re * scale as f64, im * scale as f64);
+                        let o = out[at[k]];
+                        touched[at[k]] = true;
+                        err += (o.re as f64 - re).powi(2) + (o.im as f64 - im).powi(2);
+                        norm += re * re + im * im;
+                    }
+                    let rel = (err / norm).sqrt();
+                    assert!(rel <= 1e-6, "n = {n}, {layout:?}, {direction:?}, transform {b}: relative L2 {rel:e}");
+                    worst = worst.max(rel);
+                }
+                for (e, o) in out.iter().enumerate().filter(|(e, _)| !touched[*e]) {
+                    assert!(
+                        o.re.is_nan() && o.im == 7.0,
+                        "n = {n}, {layout:?}: element {e} outside the layout written"
+                    );
+                }
+            }
+        }
+    }
+    println!("worst relative L2 error {worst:e}");
+    // A plan for one length refuses another, and short buffers are typed errors.
+    let plan = FftPlan::new(&gpu, 8).unwrap();
+    let (input, mut output) = (gpu.alloc::<Complex32>(16).unwrap(), gpu.alloc::<Complex32>(15).unwrap());
+    let r = plan.execute(&gpu, stream, &FftLayout::rows(8, 2), Direction::Forward, 1.0, &input, &mut output);
+    assert!(matches!(r, Err(Error::BufferSize { buffer: "output", expected: 16, got: 15 })), "{r:?}");
+    let r = plan.execute(&gpu, stream, &FftLayout::rows(4, 2), Direction::Forward, 1.0, &input, &mut output);
+    assert!(matches!(r, Err(Error::InvalidShape { field: "n", .. })), "{r:?}");
+    assert!(matches!(FftPlan::new(&gpu, 11), Err(Error::InvalidShape { field: "n", .. })));
+}

@@ -8,6 +8,7 @@ use convkit::ptx::PTX_MODULES;
 use kernels_gpu::{
     cgemm::{CGEMM_TILES, CgemmParams},
     conv::direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
+    fft::{FFT_KERNEL, FftParams},
     random::{FILL_KERNEL, FillParams},
     timing::{GATE_KERNEL, GateParams},
     verify::{COMPARE_KERNEL, CompareParams, REFERENCE_KERNEL, RefConvParams},
@@ -22,6 +23,7 @@ fn kernels() -> Vec<(&'static str, usize)> {
         (REFERENCE_KERNEL, size_of::<RefConvParams>()),
         (COMPARE_KERNEL, size_of::<CompareParams>()),
         (FILL_KERNEL, size_of::<FillParams>()),
+        (FFT_KERNEL, size_of::<FftParams>()),
         (GATE_KERNEL, size_of::<GateParams>()),
     ]);
     all

@@ -8,6 +8,7 @@
 //!
 //! - [`conv`]: the convolution kernel families ([`conv::direct`]).
 //! - [`cgemm`]: batched complex GEMM.
+//! - [`fft`]: batched complex FFT (the first piece of FFT convolution).
 //! - [`verify`], [`random`], [`timing`]: the f64 reference and error bound, the random
 //!   fill and the timing gate that `convkit check` and `convkit bench` run on the GPU.
 #![no_std]
@@ -19,6 +20,7 @@
 
 pub mod cgemm;
 pub mod conv;
+pub mod fft;
 pub mod geometry;
 pub mod magic;
 pub mod random;

@@ -184,6 +184,16 @@ pub fn atomic_add_f64(global_addr: u64, v: f64) {
     unsafe { asm!("red.global.add.f64 [{a}], {v};", a = in(reg64) global_addr, v = in(reg64) v, options(nostack)) };
 }
 
+/// Read-only (non-coherent cache) 4-byte integer load.
+#[inline(always)]
+pub fn ldg_nc_u32(global_addr: u64) -> u32 {
+    let v: u32;
+    unsafe {
+        asm!("ld.global.nc.u32 {v}, [{a}];", a = in(reg64) global_addr, v = out(reg32) v, options(readonly, nostack))
+    };
+    v
+}
+
 /// Read-only 8-byte global load (two f32, e.g. one complex); `global_addr` 8-byte aligned.
 #[inline(always)]
 pub fn ldg_nc_f32x2(global_addr: u64) -> [f32; 2] {

@@ -1,0 +1,179 @@
+//! Batched complex FFT, lengths `2^a 3^b 5^c 7^d` up to [`FFT_MAX_N`], forward or inverse,
+//! any element stride and a two-level batch layout (so rows and columns of images are both one
+//! launch). The kernel is in `kernels-gpu/src/fft.rs`.
+
+use crate::{Error, Gpu, Result};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
+use kernels_gpu::{
+    MagicDiv,
+    cgemm::Complex32,
+    fft::{FFT_KERNEL, FFT_THREADS, FftParams, FftPass, passes},
+};
+
+pub use kernels_gpu::fft::{FFT_MAX_N, factorize};
+
+/// Which way a transform goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// `X[k] = Σ x[i] e^(-2πi ik/N)`.
+    Forward,
+    /// `x[i] = Σ X[k] e^(+2πi ik/N)`, not divided by N (multiply by `scale` for that).
+    Inverse,
+}
+
+/// Where a batch of length-`n` transforms lies in a buffer (in complex elements): element `i`
+/// of transform `b` at `(b div inner) · outer_dist + (b mod inner) · inner_dist + i · stride`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FftLayout {
+    pub n: usize,
+    pub batch: usize,
+    pub stride: usize,
+    pub inner: usize,
+    pub inner_dist: usize,
+    pub outer_dist: usize,
+}
+
+impl FftLayout {
+    /// `batch` transforms of `n` contiguous elements, one after another (the rows of images).
+    pub fn rows(n: usize, batch: usize) -> Self {
+        FftLayout { n, batch, stride: 1, inner: 1, inner_dist: 0, outer_dist: n }
+    }
+
+    /// The columns of `images` row-major `height x width` images, one after another.
+    pub fn columns(height: usize, width: usize, images: usize) -> Self {
+        FftLayout {
+            n: height,
+            batch: width * images,
+            stride: width,
+            inner: width.max(1),
+            inner_dist: 1,
+            outer_dist: height * width,
+        }
+    }
+
+    /// Checks the layout and returns the elements a buffer must hold. Distinct (transform,
+    /// element) pairs must be distinct elements, so that no two outputs collide.
+    pub fn validate(&self) -> Result<usize> {
+        if factorize(self.n.min(u32::MAX as usize) as u32).is_none() {
+            return Err(Error::invalid(
+                "n",
+                format!("= {} is not a product of 2, 3, 5 and 7 between 1 and {FFT_MAX_N}", self.n),
+            ));
+        }
+        for (field, v) in [("batch", self.batch), ("inner", self.inner)] {
+            if v == 0 || v > i32::MAX as usize {
+                return Err(Error::invalid(field, format!("= {v} must be between 1 and {}", i32::MAX)));
+            }
+        }
+        if (self.stride == 0 && self.n > 1) || self.stride > i32::MAX as usize {
+            return Err(Error::invalid("stride", format!("= {} must be between 1 and {}", self.stride, i32::MAX)));
+        }
+        let outer = self.batch.div_ceil(self.inner);
+        // Every axis as (count, step), nested from the smallest step: each step must clear the
+        // span of the axes below it.
+        let mut axes = [(self.n, self.stride), (self.inner.min(self.batch), self.inner_dist), (outer, self.outer_dist)];
+        axes.sort_by_key(|&(_, step)| step);
+        let mut span = 1usize;
+        for (count, step) in axes.into_iter().filter(|&(count, _)| count > 1) {
+            if step < span {
+                return Err(Error::invalid("stride", format!("{self:?} maps two elements of the batch to one place")));
+            }
+            span = step
+                .checked_mul(count - 1)
+                .and_then(|v| v.checked_add(span))
+                .filter(|v| v.checked_mul(size_of::<Complex32>()).is_some())
+                .ok_or_else(|| Error::invalid("batch", "makes the layout larger than the address space"))?;
+        }
+        Ok(span)
+    }
+}
+
+/// A transform length's device tables: twiddles `W_N^t` (computed in f64, rounded once) and
+/// its Stockham passes.
+pub struct FftPlan {
+    n: usize,
+    passes: usize,
+    pass_table: CudaSlice<FftPass>,
+    twiddles: CudaSlice<Complex32>,
+}
+
+/// `exp(-2πi t / n)` for `t < n`, each computed in f64 and rounded to f32 once.
+pub fn twiddles(n: usize) -> Vec<Complex32> {
+    (0..n)
+        .map(|t| {
+            let angle = -2.0 * std::f64::consts::PI * t as f64 / n as f64;
+            Complex32::new(angle.cos() as f32, angle.sin() as f32)
+        })
+        .collect()
+}
+
+impl FftPlan {
+    pub fn new(gpu: &Gpu, n: usize) -> Result<Self> {
+        FftLayout::rows(n, 1).validate()?;
+        let (table, count) = passes(n as u32).expect("validated lengths factor");
+        // One unused entry keeps the buffer non-empty for length 1.
+        let pass_table = gpu.upload(&table[..count.max(1)])?;
+        Ok(FftPlan { n, passes: count, pass_table, twiddles: gpu.upload(&twiddles(n))? })
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// The transforms of `layout` from `input` to `output` on `stream`, every output times
+    /// `scale`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn execute(
+        &self,
+        gpu: &Gpu,
+        stream: &CudaStream,
+        layout: &FftLayout,
+        direction: Direction,
+        scale: f32,
+        input: &impl DevicePtr<Complex32>,
+        output: &mut impl DevicePtrMut<Complex32>,
+    ) -> Result<()> {
+        if layout.n != self.n {
+            return Err(Error::invalid("n", format!("= {} but the plan is for {}", layout.n, self.n)));
+        }
+        let needed = layout.validate()?;
+        for (buffer, got) in [("input", input.len()), ("output", output.len())] {
+            if got < needed {
+                return Err(Error::BufferSize { buffer, expected: needed, got });
+            }
+        }
+        for (what, buffer_stream) in [("input", input.stream()), ("output", output.stream())] {
+            gpu.check_stream(buffer_stream).map_err(|_| Error::ForeignContext { what: format!("buffer `{what}`") })?;
+        }
+        {
+            let (twiddles, _t) = self.twiddles.device_ptr(stream);
+            let (pass_table, _p) = self.pass_table.device_ptr(stream);
+            let (input, _i) = input.device_ptr(stream);
+            let (output, _o) = output.device_ptr_mut(stream);
+            let p = FftParams {
+                input,
+                output,
+                twiddles,
+                pass_table,
+                outer_dist: layout.outer_dist as u64,
+                inner_dist: layout.inner_dist as u64,
+                inner: MagicDiv::new(layout.inner as u32).expect("validated inner >= 1"),
+                n: layout.n as u32,
+                passes: self.passes as u32,
+                batch: layout.batch as u32,
+                stride: layout.stride as u32,
+                inverse: (direction == Direction::Inverse) as u32,
+                scale,
+            };
+            let cfg = LaunchConfig {
+                grid_dim: (p.batch, 1, 1),
+                block_dim: (FFT_THREADS, 1, 1),
+                shared_mem_bytes: 2 * 8 * p.n,
+            };
+            // Safety: validate() bounds every element the kernel reads or writes by `needed`,
+            // which both buffers hold; the tables are this plan's, for this length.
+            unsafe { gpu.launch(stream, FFT_KERNEL, cfg, p) }?;
+        }
+        gpu.check_deferred()
+    }
+}

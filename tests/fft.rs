@@ -1,0 +1,153 @@
+//! The batched FFT without a GPU: factorisation, the kernel's passes (its own butterfly index
+//! math and length-R DFTs, in f32 on the CPU) against an f64 DFT, and layout validation.
+
+use convkit::{
+    Error,
+    fft::{FFT_MAX_N, FftLayout, factorize, twiddles},
+    harness::reference::host_uniform,
+};
+use kernels_gpu::{
+    cgemm::Complex32,
+    fft::{dft, passes},
+};
+
+/// The f64 DFT of `x` (`sign` -1 forward, +1 inverse, unnormalised).
+fn dft_f64(x: &[Complex32], sign: f64) -> Vec<(f64, f64)> {
+    let n = x.len();
+    (0..n)
+        .map(|k| {
+            x.iter().enumerate().fold((0.0, 0.0), |(re, im), (i, v)| {
+                let angle = sign * 2.0 * std::f64::consts::PI * ((i * k) % n) as f64 / n as f64;
+                let (c, s) = (angle.cos(), angle.sin());
+                (re + v.re as f64 * c - v.im as f64 * s, im + v.re as f64 * s + v.im as f64 * c)
+            })
+        })
+        .collect()
+}
+
+/// ‖ours − exact‖₂ / ‖exact‖₂.
+fn rel_l2(ours: &[Complex32], exact: &[(f64, f64)]) -> f64 {
+    let (mut err, mut norm) = (0.0, 0.0);
+    for (o, e) in ours.iter().zip(exact) {
+        err += (o.re as f64 - e.0).powi(2) + (o.im as f64 - e.1).powi(2);
+        norm += e.0 * e.0 + e.1 * e.1;
+    }
+    (err / norm).sqrt()
+}
+
+/// One radix-`R` pass as the kernel runs it: every butterfly `j < n / R`.
+fn pass<const R: usize>(
+    pass: &kernels_gpu::fft::FftPass,
+    src: &[Complex32],
+    dst: &mut [Complex32],
+    table: &[Complex32],
+    inverse: bool,
+) {
+    let n = src.len() as u32;
+    let tw = |t: u32| {
+        let w = table[t as usize];
+        if inverse { w.conj() } else { w }
+    };
+    let mut root = [Complex32::ONE; R];
+    for (q, w) in root.iter_mut().enumerate().skip(1) {
+        *w = tw(q as u32 * (n / R as u32));
+    }
+    let mut written = vec![false; dst.len()];
+    for j in 0..n / R as u32 {
+        let b = pass.butterfly(j, n);
+        let mut v = [Complex32::ZERO; R];
+        for r in 0..R {
+            v[r] = src[(b.src + r as u32 * b.src_step) as usize];
+            if r > 0 {
+                v[r] = v[r].mul_add(tw(r as u32 * b.twiddle), Complex32::ZERO);
+            }
+        }
+        dft::<R>(&mut v, &root);
+        for (s, value) in v.into_iter().enumerate() {
+            let at = (b.dst + s as u32 * b.dst_step) as usize;
+            assert!(!written[at], "n = {n}, radix {R}: output {at} written twice");
+            written[at] = true;
+            dst[at] = value;
+        }
+    }
+    assert!(written.iter().all(|&w| w), "n = {n}, radix {R}: an output not written");
+}
+
+/// The kernel's transform of `x` on the CPU.
+fn emulate(x: &[Complex32], inverse: bool) -> Vec<Complex32> {
+    let n = x.len();
+    let table = twiddles(n);
+    let (passes, count) = passes(n as u32).unwrap();
+    let (mut src, mut dst) = (x.to_vec(), vec![Complex32::ZERO; n]);
+    for p in &passes[..count] {
+        match p.radix {
+            2 => pass::<2>(p, &src, &mut dst, &table, inverse),
+            3 => pass::<3>(p, &src, &mut dst, &table, inverse),
+            4 => pass::<4>(p, &src, &mut dst, &table, inverse),
+            5 => pass::<5>(p, &src, &mut dst, &table, inverse),
+            7 => pass::<7>(p, &src, &mut dst, &table, inverse),
+            8 => pass::<8>(p, &src, &mut dst, &table, inverse),
+            r => panic!("radix {r}"),
+        }
+        std::mem::swap(&mut src, &mut dst);
+    }
+    src
+}
+
+fn smooth(n: u32) -> bool {
+    let mut m = n;
+    for p in [2, 3, 5, 7] {
+        while m.is_multiple_of(p) {
+            m /= p;
+        }
+    }
+    m == 1
+}
+
+#[test]
+fn lengths_factor_into_the_radices() {
+    for n in 0..=FFT_MAX_N + 10 {
+        let expect = (1..=FFT_MAX_N).contains(&n) && smooth(n);
+        match factorize(n) {
+            Some((radices, count)) => {
+                assert!(expect, "{n} should not factor");
+                assert_eq!(radices[..count].iter().product::<u32>(), n);
+            }
+            None => assert!(!expect, "{n} should factor"),
+        }
+    }
+    assert_eq!(factorize(2048).unwrap().1, 4, "2048 = 8 · 8 · 8 · 4");
+}
+
+#[test]
+fn the_kernels_passes_match_an_f64_dft() {
+    let mut worst: f64 = 0.0;
+    for n in (1..=FFT_MAX_N).filter(|&n| smooth(n)).filter(|&n| n <= 512 || n % 7 == 0 || n.is_power_of_two()) {
+        let x: Vec<Complex32> =
+            host_uniform(n as u64, 2 * n as usize).chunks(2).map(|p| Complex32::new(p[0], p[1])).collect();
+        for inverse in [false, true] {
+            let ours = emulate(&x, inverse);
+            let err = rel_l2(&ours, &dft_f64(&x, if inverse { 1.0 } else { -1.0 }));
+            assert!(err <= 1e-6, "n = {n}, inverse {inverse}: relative L2 error {err:e}");
+            worst = worst.max(err);
+        }
+    }
+    println!("worst relative L2 error: {worst:e}");
+}
+
+#[test]
+fn layouts_are_validated() {
+    assert_eq!(FftLayout::rows(8, 3).validate().unwrap(), 24);
+    assert_eq!(FftLayout::columns(6, 10, 2).validate().unwrap(), 120);
+    let bad = |layout: FftLayout, field: &str| match layout.validate() {
+        Err(Error::InvalidShape { field: f, .. }) => assert_eq!(f, field, "{layout:?}"),
+        other => panic!("{layout:?}: expected an InvalidShape error for {field}, got {other:?}"),
+    };
+    bad(FftLayout::rows(11, 1), "n");
+    bad(FftLayout::rows(4096, 1), "n");
+    bad(FftLayout::rows(0, 1), "n");
+    bad(FftLayout::rows(8, 0), "batch");
+    bad(FftLayout { outer_dist: 7, ..FftLayout::rows(8, 2) }, "stride");
+    bad(FftLayout { inner_dist: 0, ..FftLayout::columns(4, 4, 1) }, "stride");
+    bad(FftLayout { outer_dist: usize::MAX / 4, ..FftLayout::rows(8, 9) }, "batch");
+}
