@@ -2,16 +2,23 @@
 //! (the host turns row-major problems into column-major ones), interleaved or planar storage.
 //! Launched by `host/cgemm.rs`.
 //!
-//! One tiled kernel, const-generic over the register tile (`TM x TN` outputs per thread).
-//! A work item, one per block of 256 threads, is the same `bm x bn` tile of C in `per_block`
-//! consecutive matrices of the batch: many whole matrices when they are small, one tile of one
-//! matrix when they are large. K is walked in chunks of `bk`; each step stages `op(A)` and
-//! `op(B)` of every matrix into shared memory: coalesced loads along the stored layout,
-//! transposition and conjugation applied on the way, zeros past the edges, held in registers
-//! ([`STAGE_SLOTS`] per thread) while the block computes the step before. Each computing thread accumulates its register tile from
-//! shared memory, `rounds` times over when a block holds more matrices than threads. Item and
-//! thread indices are unpacked with magic division. The host picks the tile
-//! ([`CgemmShape`]); all the index math is here, shared with the host's tests.
+//! Four kernel families, each const-generic over a register tile of `TM x TN` outputs per
+//! thread, listed as data in [`CGEMM_TILES`] (see [`Family`]):
+//! - `Tiled` (any problem, planar too): a work item is the same `bm x bn` tile of C in
+//!   `per_block` consecutive matrices; K in chunks of `bk`, each staged into shared memory in
+//!   the layout of `op(A)` and `op(B)` (coalesced loads along the stored layout, conjugation on
+//!   the way, zeros past the edges), the next chunk held in registers ([`STAGE_SLOTS`] per
+//!   thread) while the block computes; `rounds` of matrices when a block holds more than its
+//!   threads cover.
+//! - `Whole` (small matrices, interleaved): many whole matrices per item, their stored
+//!   footprints copied verbatim with 16-byte loads ([`VerbatimCopy`]), blocks walking the items
+//!   grid-stride with the next item's copy in flight.
+//! - `Large`: a `16·TM x 16·TN` tile of one matrix per block, compiled per stored layout of A
+//!   and B, two shared-memory stages.
+//! - `Element`: one output per thread, operands through L1 (matrix-vector shapes).
+//!
+//! Work items and threads are unpacked with magic division. The host picks the variant and
+//! its [`CgemmShape`]; all the index math is here, shared with the host's tests.
 
 use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
