@@ -85,7 +85,7 @@ impl BatchedGemm {
     }
 
     /// Rows and columns of an operand as stored (before its op).
-    fn stored(&self, operand: Operand) -> (usize, usize) {
+    pub(crate) fn stored(&self, operand: Operand) -> (usize, usize) {
         let (rows, cols, op) = match operand {
             Operand::A => (self.m, self.k, self.op_a),
             Operand::B => (self.k, self.n, self.op_b),
@@ -186,7 +186,7 @@ impl BatchedGemm {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Operand {
+pub(crate) enum Operand {
     A,
     B,
     C,
@@ -305,7 +305,7 @@ pub fn cgemm(
     let aligned = |p: u64| p.is_multiple_of(16);
     let tile = if tile.family == Family::Whole && !(aligned(a.device_ptr(stream).0) && aligned(b.device_ptr(stream).0))
     {
-        choose_tile(g, true) // the tiled kernel's choice, which takes any alignment
+        choose_tile(g, true) // the planar choice (Tiled or Element), which takes any alignment
     } else {
         tile
     };

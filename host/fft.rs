@@ -116,10 +116,6 @@ impl FftPlan {
         Ok(FftPlan { n, passes: count, pass_table, twiddles: gpu.upload(&twiddles(n))? })
     }
 
-    pub fn n(&self) -> usize {
-        self.n
-    }
-
     /// The transforms of `layout` from `input` to `output` on `stream`, every output times
     /// `scale`.
     #[allow(clippy::too_many_arguments)]

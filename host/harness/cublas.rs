@@ -3,7 +3,7 @@
 
 use crate::{
     Error, Gpu, Result,
-    cgemm::{BatchedGemm, Complex32, Layout, Op},
+    cgemm::{BatchedGemm, Complex32, Layout, Op, Operand},
     error::Context,
 };
 use cudarc::{
@@ -39,6 +39,17 @@ fn cublas_op(op: Op) -> sys::cublasOperation_t {
         Op::T => sys::cublasOperation_t::CUBLAS_OP_T,
         Op::C => sys::cublasOperation_t::CUBLAS_OP_C,
     }
+}
+
+/// Sets one attribute of a live cuBLASLt matrix layout to `value`.
+fn set_layout_attribute<T: Copy>(
+    layout: ltsys::cublasLtMatrixLayout_t,
+    attr: ltsys::cublasLtMatrixLayoutAttribute_t,
+    value: T,
+) -> Result<()> {
+    // Safety: `layout` was created by this module and not yet destroyed; `value` outlives the call.
+    unsafe { ltresult::set_matrix_layout_attribute(layout, attr, (&value as *const T).cast(), size_of::<T>()) }
+        .during("cublasLtMatrixLayoutSetAttribute")
 }
 
 /// A cuBLAS handle bound to one stream.
@@ -204,35 +215,27 @@ impl CublasLtPlan {
             .during("cublasLtMatmulDescSetAttribute")?;
         set_desc(ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB, cublas_op(cm.op_b))
             .during("cublasLtMatmulDescSetAttribute")?;
-        // Stored (rows, cols) of A and B before their ops; C is m x n.
-        let stored = |op: Op, rows: usize, cols: usize| if op == Op::N { (rows, cols) } else { (cols, rows) };
+        // Each operand as stored (before its op), with its batch count and stride.
         let shapes = [
-            (stored(cm.op_a, cm.m, cm.k), cm.lda, cm.stride_a),
-            (stored(cm.op_b, cm.k, cm.n), cm.ldb, cm.stride_b),
-            ((cm.m, cm.n), cm.ldc, cm.stride_c),
+            (cm.stored(Operand::A), cm.lda, cm.stride_a),
+            (cm.stored(Operand::B), cm.ldb, cm.stride_b),
+            (cm.stored(Operand::C), cm.ldc, cm.stride_c),
         ];
         for (i, ((rows, cols), ld, stride)) in shapes.into_iter().enumerate() {
             let layout =
                 ltresult::create_matrix_layout(ltsys::cudaDataType::CUDA_C_32F, rows as u64, cols as u64, ld as i64)
                     .during("cublasLtMatrixLayoutCreate")?;
             plan.layouts[i] = layout;
-            let (count, offset) = (cm.batch as i32, stride as i64);
-            unsafe {
-                ltresult::set_matrix_layout_attribute(
-                    layout,
-                    ltsys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                    (&count as *const i32).cast(),
-                    size_of::<i32>(),
-                )
-                .during("cublasLtMatrixLayoutSetAttribute")?;
-                ltresult::set_matrix_layout_attribute(
-                    layout,
-                    ltsys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                    (&offset as *const i64).cast(),
-                    size_of::<i64>(),
-                )
-                .during("cublasLtMatrixLayoutSetAttribute")?;
-            }
+            set_layout_attribute(
+                layout,
+                ltsys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                cm.batch as i32,
+            )?;
+            set_layout_attribute(
+                layout,
+                ltsys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                stride as i64,
+            )?;
         }
         let pref = ltresult::create_matmul_pref().during("cublasLtMatmulPreferenceCreate")?;
         let max_workspace = Self::WORKSPACE_BYTES as u64;
