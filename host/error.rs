@@ -20,6 +20,8 @@ pub enum Error {
     InvalidShape { field: &'static str, reason: String },
     #[error("tile {tile} cannot compute this shape: {reason}")]
     UnsupportedTile { tile: &'static str, reason: &'static str },
+    #[error("the {algorithm} algorithm cannot compute this shape: {reason}")]
+    Unsupported { algorithm: &'static str, reason: String },
     #[error("buffer `{buffer}` holds {got} elements, the shape needs {expected}")]
     BufferSize { buffer: &'static str, expected: usize, got: usize },
     #[error("workspace too small: {needed} bytes needed, {given} given")]

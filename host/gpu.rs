@@ -30,6 +30,8 @@ pub struct Gpu {
     arch: u32,
     ptx_arch: u32,
     sm_count: u32,
+    /// Shared memory one block may opt in to, in bytes.
+    smem_optin: i32,
 }
 
 impl Gpu {
@@ -57,8 +59,11 @@ impl Gpu {
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .during("cuDeviceGetAttribute(multiprocessor count)")? as u32;
+        let smem_optin = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .during("cuDeviceGetAttribute(max shared memory per block, opt-in)")?;
         let stream = ctx.default_stream();
-        Ok(Gpu { ctx, stream, module, functions: Mutex::default(), arch, ptx_arch, sm_count })
+        Ok(Gpu { ctx, stream, module, functions: Mutex::default(), arch, ptx_arch, sm_count, smem_optin })
     }
 
     /// The default stream (CUDA's legacy default stream of this context).
@@ -111,6 +116,11 @@ impl Gpu {
             return Ok(f.clone());
         }
         let f = self.module.load_function(name).during("cuModuleGetFunction")?;
+        // Every kernel may take all the dynamic shared memory the device allows (48 KB without
+        // this); a launch still asks only for what it needs.
+        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        let static_bytes = f.shared_size_bytes().during("cuFuncGetAttribute(shared size)")?;
+        f.set_attribute(attr, self.smem_optin - static_bytes).during("cuFuncSetAttribute(max dynamic shared)")?;
         functions.insert(name, f.clone());
         Ok(f)
     }

@@ -1,6 +1,9 @@
 //! The batched FFT without a GPU: factorisation, the kernel's passes (its own butterfly index
 //! math and length-R DFTs, in f32 on the CPU) against an f64 DFT, and layout validation.
 
+mod common;
+
+use common::dft_f64;
 use convkit::{
     Error,
     fft::{FFT_MAX_N, FftLayout, factorize, twiddles},
@@ -10,20 +13,6 @@ use kernels_gpu::{
     cgemm::Complex32,
     fft::{dft, passes},
 };
-
-/// The f64 DFT of `x` (`sign` -1 forward, +1 inverse, unnormalised).
-fn dft_f64(x: &[Complex32], sign: f64) -> Vec<(f64, f64)> {
-    let n = x.len();
-    (0..n)
-        .map(|k| {
-            x.iter().enumerate().fold((0.0, 0.0), |(re, im), (i, v)| {
-                let angle = sign * 2.0 * std::f64::consts::PI * ((i * k) % n) as f64 / n as f64;
-                let (c, s) = (angle.cos(), angle.sin());
-                (re + v.re as f64 * c - v.im as f64 * s, im + v.re as f64 * s + v.im as f64 * c)
-            })
-        })
-        .collect()
-}
 
 /// ‖ours − exact‖₂ / ‖exact‖₂.
 fn rel_l2(ours: &[Complex32], exact: &[(f64, f64)]) -> f64 {
@@ -127,7 +116,7 @@ fn the_kernels_passes_match_an_f64_dft() {
             host_uniform(n as u64, 2 * n as usize).chunks(2).map(|p| Complex32::new(p[0], p[1])).collect();
         for inverse in [false, true] {
             let ours = emulate(&x, inverse);
-            let err = rel_l2(&ours, &dft_f64(&x, if inverse { 1.0 } else { -1.0 }));
+            let err = rel_l2(&ours, &dft_f64(&x, inverse));
             assert!(err <= 1e-6, "n = {n}, inverse {inverse}: relative L2 error {err:e}");
             worst = worst.max(err);
         }

@@ -418,3 +418,74 @@ fn fft_matches_an_f64_dft_in_rows_and_columns_and_leaves_gaps_alone() {
     assert!(matches!(r, Err(Error::InvalidShape { field: "n", .. })), "{r:?}");
     assert!(matches!(FftPlan::new(&gpu, 11), Err(Error::InvalidShape { field: "n", .. })));
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fft_convolution_matches_the_reference_writes_only_its_output_and_follows_new_weights() {
+    use convkit::conv::fft::{FftConvPlan, variants};
+    let gpu = gpu();
+    let stream = gpu.stream();
+    let dw = |n, c, h, w, r, s, pad: [usize; 2]| Conv2d { n, groups: c, pad, ..Conv2d::new(c, h, w, c, r, s) };
+    let mut layers = vec![
+        dw(3, 5, 56, 56, 31, 31, [15, 15]),
+        dw(2, 3, 28, 28, 29, 29, [14, 14]),
+        dw(1, 1, 96, 96, 45, 45, [22, 22]),
+        dw(5, 2, 7, 7, 13, 13, [6, 6]),
+        dw(4, 3, 56, 56, 51, 51, [25, 25]),
+        Conv2d { stride: [2, 3], dilation: [2, 1], ..dw(3, 4, 40, 33, 9, 13, [8, 2]) },
+    ];
+    // Every transform size at least once: an image that needs the whole side.
+    for tile in variants() {
+        let side = tile.side() as usize;
+        layers.push(dw(3, 2, side - 3, side - 4, 7, 5, [3, 2]));
+    }
+    let mut worst: f64 = 0.0;
+    for (i, conv) in layers.iter().enumerate() {
+        let geom = conv.geometry().unwrap();
+        let (x_host, w_host, x, w) = inputs(&gpu, conv, 0xff7c + i as u64);
+        let truth = reference::gpu_reference(&gpu, stream, conv, &x, &w).unwrap();
+        let bound = Tolerance::fft(geom.taps(conv) as u64, reference::fft_error_scale(&x_host, &w_host, conv.k));
+        let plan = FftConvPlan::new(&gpu, stream, conv, &w).unwrap();
+        // The output sits between two guard regions that must keep their sentinel.
+        let guard = 4096;
+        let mut y = gpu.upload(&vec![f32::NAN; geom.y_len + 2 * guard]).unwrap();
+        gpu.fill_bits(&mut y.slice_mut(..guard), 0x7f80_0001).unwrap();
+        gpu.fill_bits(&mut y.slice_mut(guard + geom.y_len..), 0x7f80_0001).unwrap();
+        plan.forward(&gpu, stream, &x, &mut y.slice_mut(guard..guard + geom.y_len)).unwrap();
+        let stats = reference::compare(&gpu, stream, &y.slice(guard..guard + geom.y_len), &truth, bound).unwrap();
+        assert!(stats.passed(), "{conv} on {}: {stats:?}", plan.tile().name);
+        worst = worst.max(stats.worst_ratio());
+        let all = gpu.download(&y).unwrap();
+        let untouched = all[..guard].iter().chain(&all[guard + geom.y_len..]).all(|v| v.to_bits() == 0x7f80_0001);
+        assert!(untouched, "{conv}: a write outside the output");
+    }
+    println!("worst error {worst:.4} of the bound");
+
+    // New weights: the plan follows them only when told.
+    let conv = dw(2, 3, 20, 20, 9, 9, [4, 4]);
+    let geom = conv.geometry().unwrap();
+    let (x_host, _, x, w) = inputs(&gpu, &conv, 1);
+    let (_, w2_host, _, w2) = inputs(&gpu, &conv, 2);
+    let mut plan = FftConvPlan::new(&gpu, stream, &conv, &w).unwrap();
+    plan.set_weights(&gpu, stream, &w2).unwrap();
+    let mut y = gpu.alloc::<f32>(geom.y_len).unwrap();
+    gpu.poison(&mut y).unwrap();
+    plan.forward(&gpu, stream, &x, &mut y).unwrap();
+    let truth = reference::gpu_reference(&gpu, stream, &conv, &x, &w2).unwrap();
+    let bound = Tolerance::fft(geom.taps(&conv) as u64, reference::fft_error_scale(&x_host, &w2_host, conv.k));
+    assert!(reference::compare(&gpu, stream, &y, &truth, bound).unwrap().passed());
+
+    // Typed errors: short buffers, a dense layer, a layer too large for any transform.
+    let r = plan.forward(&gpu, stream, &x.slice(1..), &mut y);
+    assert!(matches!(r, Err(Error::BufferSize { buffer: "x", .. })), "{r:?}");
+    let r = plan.set_weights(&gpu, stream, &w.slice(1..));
+    assert!(matches!(r, Err(Error::BufferSize { buffer: "w", .. })), "{r:?}");
+    let dense = Conv2d::new(2, 16, 16, 2, 5, 5);
+    let (_, _, _, w_dense) = inputs(&gpu, &dense, 3);
+    let r = FftConvPlan::new(&gpu, stream, &dense, &w_dense);
+    assert!(matches!(r, Err(Error::Unsupported { algorithm: "fft", .. })), "{:?}", r.err());
+    let big = dw(1, 1, 400, 400, 3, 3, [1, 1]);
+    let (_, _, _, w_big) = inputs(&gpu, &big, 4);
+    let r = FftConvPlan::new(&gpu, stream, &big, &w_big);
+    assert!(matches!(r, Err(Error::Unsupported { algorithm: "fft", .. })), "{:?}", r.err());
+}

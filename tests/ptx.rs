@@ -7,7 +7,10 @@
 use convkit::ptx::PTX_MODULES;
 use kernels_gpu::{
     cgemm::{CGEMM_TILES, CgemmParams},
-    conv::direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
+    conv::{
+        direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
+        fft::{FFTCONV_TILES, FftConvParams},
+    },
     fft::{FFT_KERNEL, FftParams},
     random::{FILL_KERNEL, FillParams},
     timing::{GATE_KERNEL, GateParams},
@@ -19,6 +22,9 @@ use std::{collections::BTreeMap, path::PathBuf, process::Command};
 fn kernels() -> Vec<(&'static str, usize)> {
     let mut all: Vec<_> = DIRECT_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DirectFwdParams>())).collect();
     all.extend(CGEMM_TILES.iter().map(|t| (t.name, size_of::<CgemmParams>())));
+    for tile in FFTCONV_TILES {
+        all.extend([(tile.name, size_of::<FftConvParams>()), (tile.spectrum_kernel, size_of::<FftConvParams>())]);
+    }
     all.extend([
         (REFERENCE_KERNEL, size_of::<RefConvParams>()),
         (COMPARE_KERNEL, size_of::<CompareParams>()),

@@ -285,6 +285,8 @@ fn run_info(device: usize) -> Result<ExitCode, Error> {
     }
     let names: Vec<_> = direct::variants().iter().map(|t| t.name).collect();
     println!("direct kernels: {}", names.join(", "));
+    let fft: Vec<_> = convkit::conv::fft::variants().iter().map(|t| t.name).collect();
+    println!("fused FFT convolution (depthwise) transforms: {}", fft.join(", "));
     let cgemm: Vec<_> = CGEMM_TILES.iter().map(|t| t.name).collect();
     println!("cgemm variants: {}", cgemm.join(", "));
     let suites: Vec<_> = SUITES.iter().map(|(n, _)| *n).collect();
@@ -367,7 +369,8 @@ fn run_check(device: usize, args: &CheckArgs) -> Result<ExitCode, Error> {
         results.len() - failed,
     );
     println!(
-        "bound per output: |ours - ref| <= 2^-23 (8 + sqrt(taps)) * sum|x*w| + 2^-126 (ours); cuDNN: {:.0e} * sum|x*w| + {:.0e}",
+        "bound per output: |ours - ref| <= 2^-23 (8 + sqrt(taps)) * sum|x*w| + 2^-126 (ours; the FFT path adds 1e-4 * rms(x) * \
+         rms over filters of |w|_2); cuDNN: {:.0e} * sum|x*w| + {:.0e}",
         check::CUDNN_EXACT.tol,
         check::CUDNN_EXACT.floor
     );
@@ -472,22 +475,27 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
     );
     let last = runs.last().expect("at least one repeat");
     println!(
-        "\n| layer | ours ms (p10-p90) | tile | cuDNN exact ms | exact engine | cuDNN fast ms | fast engine | vs exact | vs fast | GB/s | % HBM | err/bound |"
+        "\n| layer | ours ms (p10-p90) | ours | direct ms | FFT ms | cuDNN exact ms | exact engine | cuDNN fast ms | fast engine | vs exact | vs fast | GB/s | % HBM | err/bound |"
     );
-    println!("| --- | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
     for r in last {
         let ours = r.ours();
         let t = ours.timing.as_ref();
         let (exact_ms, exact_name) = best_cells(r, MathClass::Exact);
         let (fast_ms, fast_name) = best_cells(r, MathClass::Fast);
         let ratio = |c| r.speedup(c).map_or("-".to_owned(), |v| format!("{v:.2}x"));
+        let ms = |c: Option<&Candidate>| {
+            c.and_then(|c| c.timing.as_ref()).map_or("-".to_owned(), |t| format!("{:.3}", t.p50))
+        };
         println!(
-            "| {} | {:.3} ({:.3}-{:.3}) | {} | {exact_ms} | {exact_name} | {fast_ms} | {fast_name} | {} | {} | {:.0} | {:.1} | {:.2} |",
+            "| {} | {:.3} ({:.3}-{:.3}) | {} | {} | {} | {exact_ms} | {exact_name} | {fast_ms} | {fast_name} | {} | {} | {:.0} | {:.1} | {:.2} |",
             r.label,
             t.map_or(f64::NAN, |t| t.p50),
             t.map_or(f64::NAN, |t| t.p10),
             t.map_or(f64::NAN, |t| t.p90),
             ours.name,
+            ms(Some(r.direct())),
+            ms(r.fft_candidate()),
             ratio(MathClass::Exact),
             ratio(MathClass::Fast),
             r.gbytes_per_s(),

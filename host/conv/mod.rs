@@ -1,8 +1,9 @@
-//! Convolution algorithms, one module each: [`direct`] (convkit's kernels) and [`cudnn`]
-//! (cuDNN, through its legacy and its graph API).
+//! Convolution algorithms, one module each: [`direct`] and [`fft`] (convkit's kernels) and
+//! [`cudnn`] (cuDNN, through its legacy and its graph API).
 
 pub mod cudnn;
 pub mod direct;
+pub mod fft;
 
 use crate::{ConvGeometry, Error, Gpu, Result};
 use cudarc::driver::DeviceSlice;

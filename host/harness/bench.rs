@@ -1,8 +1,10 @@
-//! `convkit bench`: our kernel against cuDNN's best in each accuracy class, timed the same
+//! `convkit bench`: our kernels against cuDNN's best in each accuracy class, timed the same
 //! way in the same run.
 //!
 //! For each layer: fresh random inputs in enough copies that one pass over them exceeds the
-//! L2 cache; the f64 reference on the GPU; the candidates (our direct kernel; every engine
+//! L2 cache; the f64 reference on the GPU; the candidates (our direct kernel; our fused FFT
+//! convolution where it computes the layer, one plan per copy of the weights, its filter
+//! transform done when the plan is made and not timed, as a framework would cache it; every engine
 //! configuration cuDNN's heuristics propose in every mode, built within the workspace
 //! limit; the algorithms of the legacy `cudnnFindConvolutionForwardAlgorithmEx` in FMA and
 //! in DEFAULT math), each run once on poisoned outputs and compared with the reference;
@@ -23,6 +25,7 @@ use crate::{
             legacy::{LegacyChoice, LegacyConv, Math},
         },
         direct,
+        fft::{self, FftConvPlan},
     },
 };
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
@@ -145,8 +148,11 @@ pub struct LayerResult {
     pub flops: f64,
     pub min_bytes: f64,
     pub sets: usize,
-    /// `candidates[0]` is ours.
+    /// `candidates[0]` is our direct kernel; `candidates[1]` our FFT convolution where
+    /// `fft` is set.
     pub candidates: Vec<Candidate>,
+    /// The FFT convolution's transform, where it computes the layer.
+    pub fft: Option<&'static str>,
     /// Index of cuDNN's fastest timed candidate in the exact class.
     pub best_exact: Option<usize>,
     /// Index of cuDNN's fastest timed candidate with TF32 allowed: of either class, since
@@ -162,8 +168,22 @@ pub struct LayerResult {
 }
 
 impl LayerResult {
+    /// Our candidates: the direct kernel, then the FFT convolution if it ran.
+    pub fn convkit(&self) -> &[Candidate] {
+        &self.candidates[..1 + self.fft.is_some() as usize]
+    }
+
+    /// Our fastest timed candidate.
     pub fn ours(&self) -> &Candidate {
+        self.convkit().iter().min_by(|a, b| p50(a).total_cmp(&p50(b))).expect("the direct kernel is a candidate")
+    }
+
+    pub fn direct(&self) -> &Candidate {
         &self.candidates[0]
+    }
+
+    pub fn fft_candidate(&self) -> Option<&Candidate> {
+        self.fft.map(|_| &self.candidates[1])
     }
 
     pub fn ours_ms(&self) -> f64 {
@@ -196,9 +216,9 @@ impl LayerResult {
         self.flops / (self.ours_ms() * 1e-3) * 1e-9
     }
 
-    /// Whether our output passed its bound.
+    /// Whether every one of our candidates passed its bound.
     pub fn ours_correct(&self) -> bool {
-        self.ours().violations == 0
+        self.convkit().iter().all(|c| c.violations == 0 && c.excluded.is_none())
     }
 }
 
@@ -240,6 +260,8 @@ impl Arena {
 /// How a candidate runs.
 enum Runner {
     Direct(DirectTile),
+    /// One plan per copy of the weights in the arena.
+    Fft(Vec<FftConvPlan>),
     Engine(EnginePlan),
     Legacy(LegacyChoice),
 }
@@ -258,9 +280,11 @@ struct Env<'a, 'g> {
 impl Env<'_, '_> {
     fn run(&mut self, runner: &Runner, launch: usize) -> Result<()> {
         let (gpu, stream, conv) = (self.gpu, self.stream, self.conv);
-        let (x, w, mut y) = self.arena.set(launch % self.arena.sets);
+        let set = launch % self.arena.sets;
+        let (x, w, mut y) = self.arena.set(set);
         match runner {
             Runner::Direct(tile) => direct::forward_with(gpu, stream, conv, tile, &x, &w, &mut y),
+            Runner::Fft(plans) => plans[set].forward(gpu, stream, &x, &mut y),
             Runner::Engine(plan) => {
                 let engines = self.engines.as_ref().expect("engine candidates come with their graph");
                 engines.execute(plan, &x, &w, &mut y, self.workspace)
@@ -321,6 +345,32 @@ impl<'g> Bench<'g> {
         candidates[0].record(&stats);
         let mut runners = vec![ours_runner];
 
+        // Our FFT convolution, where it computes the layer: one plan per copy of the weights.
+        let fft_tile = match fft::choose_tile(conv, &geom) {
+            Ok(tile) => {
+                let mut plans = Vec::with_capacity(env.arena.sets);
+                for set in 0..env.arena.sets {
+                    let (_, w, _) = env.arena.set(set);
+                    plans.push(FftConvPlan::with_tile(gpu, &self.stream, conv, &tile, &w)?);
+                }
+                let bytes = plans[0].device_bytes();
+                let name = tile.name.trim_start_matches("fftconv_").to_owned();
+                let mut candidate = Candidate::new(name, Source::Convkit, MathClass::Exact, "f32 FFT".into(), bytes);
+                let (x0, w0, _) = env.arena.set(0);
+                let scale = reference::fft_error_scale(&gpu.download(&x0)?, &gpu.download(&w0)?, conv.k);
+                let runner = Runner::Fft(plans);
+                candidate.record(&env.validate(&runner, &truth, Tolerance::fft(geom.taps(conv) as u64, scale))?);
+                candidates.push(candidate);
+                runners.push(runner);
+                Some(tile.name)
+            }
+            Err(e) => {
+                skipped.push(format!("convkit FFT: {e}"));
+                None
+            }
+        };
+        let ours_count = runners.len();
+
         // cuDNN's graph API: every configuration of every heuristic mode.
         let mut engine_configs = 0;
         let mut engine_plans = 0;
@@ -380,7 +430,7 @@ impl<'g> Bench<'g> {
 
         // Validate every cuDNN candidate, then screen it.
         let mut fastest = [f64::INFINITY; 2]; // screened so far, by class
-        for i in 1..runners.len() {
+        for i in ours_count..runners.len() {
             let class = candidates[i].class;
             let bound = match class {
                 MathClass::Exact => CUDNN_EXACT,
@@ -413,10 +463,10 @@ impl<'g> Bench<'g> {
             }
         }
 
-        // Finalists: the fastest screened candidates of each class, and ours.
-        let mut finalists = vec![0];
+        // Finalists: ours, and the fastest screened candidates of each class.
+        let mut finalists: Vec<usize> = (0..ours_count).collect();
         for class in [MathClass::Exact, MathClass::Fast] {
-            let mut ranked: Vec<usize> = (1..candidates.len())
+            let mut ranked: Vec<usize> = (ours_count..candidates.len())
                 .filter(|&i| candidates[i].class == class && candidates[i].screen_ms.is_some())
                 .collect();
             ranked.sort_by(|&a, &b| candidates[a].screen_ms.unwrap().total_cmp(&candidates[b].screen_ms.unwrap()));
@@ -431,7 +481,7 @@ impl<'g> Bench<'g> {
             candidates[i].timing = Some(Timing::from(s));
         }
         let best = |allowed: &[MathClass]| {
-            finalists[1..]
+            finalists[ours_count..]
                 .iter()
                 .copied()
                 .filter(|&i| allowed.contains(&candidates[i].class))
@@ -448,6 +498,7 @@ impl<'g> Bench<'g> {
             min_bytes: geom.min_bytes(),
             sets: env.arena.sets,
             candidates,
+            fft: fft_tile,
             best_exact,
             best_fast,
             engine_configs,

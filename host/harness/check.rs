@@ -1,8 +1,10 @@
-//! `convkit check`: every direct-kernel variant that supports a shape, element by element
-//! against the f64 reference on the GPU (itself checked against the CPU reference on small
-//! shapes), and cuDNN against the same reference, on fresh random inputs with NaN-poisoned
-//! outputs. Some cases put NaN and ±∞ into the input: they must come out exactly where the
-//! reference has them.
+//! `convkit check`: every direct-kernel variant that supports a shape, and the fused FFT
+//! convolution where it computes the shape (its smallest transform and the next), element by
+//! element against the f64 reference on the GPU (itself checked against the CPU reference on
+//! small shapes), and cuDNN against the same reference, on fresh random inputs with
+//! NaN-poisoned outputs. Some cases put NaN and ±∞ into the input: they must come out exactly
+//! where the reference has them (the FFT path, which spreads a NaN over the whole image, skips
+//! those).
 
 use super::reference::{self, GpuReference, Reference};
 use crate::{
@@ -12,7 +14,7 @@ use crate::{
             self,
             legacy::{LegacyConv, Math},
         },
-        direct,
+        direct, fft,
     },
     error::Context,
 };
@@ -48,10 +50,12 @@ impl Case {
     }
 }
 
-/// One direct-kernel variant on one case.
+/// One of our variants on one case.
 #[derive(Clone, Debug)]
 pub struct VariantResult {
     pub tile: &'static str,
+    /// The bound it was held to (the FFT path's differs from the direct kernel's).
+    pub bound: Tolerance,
     pub stats: CompareStats,
 }
 
@@ -133,8 +137,19 @@ impl<'g> Checker<'g> {
         for tile in direct::supporting_variants(conv) {
             gpu.poison(&mut y)?;
             direct::forward_with(gpu, stream, conv, tile, &x, &w, &mut y)?;
-            variants
-                .push(VariantResult { tile: tile.name, stats: reference::compare(gpu, stream, &y, &truth, bound)? });
+            let stats = reference::compare(gpu, stream, &y, &truth, bound)?;
+            variants.push(VariantResult { tile: tile.name, bound, stats });
+        }
+        if !case.nonfinite {
+            let scale = reference::fft_error_scale(&gpu.download(&x)?, &gpu.download(&w)?, conv.k);
+            let bound = Tolerance::fft(geom.taps(conv) as u64, scale);
+            for tile in fft::variants().iter().filter(|t| fft::unsupported(conv, &geom, t).is_none()).take(2) {
+                let plan = fft::FftConvPlan::with_tile(gpu, stream, conv, tile, &w)?;
+                gpu.poison(&mut y)?;
+                plan.forward(gpu, stream, &x, &mut y)?;
+                let stats = reference::compare(gpu, stream, &y, &truth, bound)?;
+                variants.push(VariantResult { tile: tile.name, bound, stats });
+            }
         }
 
         // cuDNN's FFT and Winograd smear a NaN over whole tiles: compare it on finite inputs.
@@ -203,6 +218,7 @@ pub const CATEGORIES: &[&str] = &[
     "1x1",
     "7x7",
     "45x45",
+    "large-depthwise",
     "odd",
     "batch-1",
     "z-split",
@@ -246,6 +262,14 @@ pub fn random_case(rng: &mut SmallRng, index: usize) -> Case {
             (conv.r, conv.s, conv.h, conv.w) = (45, 45, rng.random_range(45..=100), rng.random_range(45..=100));
             (conv.groups, conv.c, conv.k) = (1, rng.random_range(1..=2), rng.random_range(1..=2));
             conv.n = rng.random_range(1..=2);
+        }
+        "large-depthwise" => {
+            // The FFT path's ground: filters from 7 to 31, any stride and dilation.
+            (conv.r, conv.s) = (rng.random_range(7..=31), rng.random_range(7..=31));
+            conv.stride = [rng.random_range(1..=2), rng.random_range(1..=2)];
+            conv.dilation = [rng.random_range(1..=2), rng.random_range(1..=2)];
+            conv.c = rng.random_range(1..=32);
+            (conv.groups, conv.k) = (conv.c, conv.c);
         }
         "odd" | "nonfinite" => {
             (conv.r, conv.s) = (rng.random_range(1..=9), rng.random_range(1..=9));

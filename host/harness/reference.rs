@@ -184,6 +184,13 @@ pub fn fill_uniform(gpu: &Gpu, stream: &CudaStream, data: &mut impl DevicePtrMut
     gpu.check_deferred()
 }
 
+/// The scale of FFT convolution's rounding error (see [`Tolerance::fft`]): the RMS of `x`
+/// times the RMS over the `filters` filters in `w` of their L2 norms.
+pub fn fft_error_scale(x: &[f32], w: &[f32], filters: usize) -> f64 {
+    let mean_square = |v: &[f32]| v.iter().map(|&e| e as f64 * e as f64).sum::<f64>() / v.len().max(1) as f64;
+    (mean_square(x) * mean_square(w) * (w.len() / filters.max(1)) as f64).sqrt()
+}
+
 /// `len` values uniform in [-1, 1): element `i` is `uniform(seed, i)`.
 pub fn host_uniform(seed: u64, len: usize) -> Vec<f32> {
     (0..len as u64).map(|i| uniform(seed, i)).collect()

@@ -7,6 +7,7 @@ pub const SUITES: &[(&str, &str)] = &[
     ("default", include_str!("../../benches/suites/default.txt")),
     ("smoke", include_str!("../../benches/suites/smoke.txt")),
     ("large", include_str!("../../benches/suites/large.txt")),
+    ("large-kernel", include_str!("../../benches/suites/large-kernel.txt")),
 ];
 
 /// A built-in suite by name, else a suite file by path.

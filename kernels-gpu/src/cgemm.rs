@@ -21,57 +21,8 @@
 //! its [`CgemmShape`]; all the index math is here, shared with the host's tests.
 
 use crate::MagicDiv;
+pub use crate::complex::Complex32;
 use bytemuck::{Pod, Zeroable};
-
-/// A complex f32, laid out as `re, im` (the interleaved storage cuBLAS and FFT libraries use).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Pod, Zeroable)]
-pub struct Complex32 {
-    pub re: f32,
-    pub im: f32,
-}
-
-impl Complex32 {
-    pub const ZERO: Self = Complex32 { re: 0.0, im: 0.0 };
-    pub const ONE: Self = Complex32 { re: 1.0, im: 0.0 };
-
-    pub const fn new(re: f32, im: f32) -> Self {
-        Complex32 { re, im }
-    }
-
-    #[inline(always)]
-    pub fn conj(self) -> Self {
-        Complex32 { re: self.re, im: -self.im }
-    }
-
-    /// `self · b + acc`, with one rounding per real multiply-add (f32 FMA on the GPU).
-    #[inline(always)]
-    pub fn mul_add(self, b: Self, acc: Self) -> Self {
-        Complex32 {
-            re: fma(-self.im, b.im, fma(self.re, b.re, acc.re)),
-            im: fma(self.im, b.re, fma(self.re, b.im, acc.im)),
-        }
-    }
-}
-
-// Safety: a plain pair of f32 (Pod), valid for any bits, as cudarc requires of buffer elements.
-#[cfg(not(target_arch = "nvptx64"))]
-unsafe impl cudarc::driver::DeviceRepr for Complex32 {}
-#[cfg(not(target_arch = "nvptx64"))]
-unsafe impl cudarc::driver::ValidAsZeroBits for Complex32 {}
-
-#[cfg(target_arch = "nvptx64")]
-#[inline(always)]
-fn fma(a: f32, b: f32, c: f32) -> f32 {
-    core::intrinsics::fmaf32(a, b, c)
-}
-
-#[cfg(not(target_arch = "nvptx64"))]
-#[inline(always)]
-fn fma(a: f32, b: f32, c: f32) -> f32 {
-    // Host builds only run this in tests; a separate multiply and add is close enough there.
-    a * b + c
-}
 
 /// What a matrix operand goes through before the product.
 #[repr(u32)]

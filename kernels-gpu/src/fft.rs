@@ -12,7 +12,7 @@
 //! and rounded once; the per-pass data (radix, twiddle unit, the magic divider by `Ns`) from a
 //! table in global memory, so that no kernel array is indexed at run time.
 
-use crate::{MagicDiv, cgemm::Complex32};
+use crate::{MagicDiv, complex::Complex32};
 use bytemuck::{Pod, Zeroable};
 
 /// Longest transform: two buffers of it fit the 48 KB of shared memory a launch gets without
@@ -114,6 +114,153 @@ pub fn dft<const R: usize>(v: &mut [Complex32; R], root: &[Complex32; R]) {
     *v = out;
 }
 
+/// `exp(2πi·k/n)` as `(cos, sin)` in f64, in a `const fn` so that codelets get their roots as
+/// compile-time constants. The angle is reduced to an octant in integers (so that quarter turns
+/// come out exactly 0 and ±1) and the rest is a Taylor series on `[0, π/4]`.
+pub const fn unit_root(k: u64, n: u64) -> (f64, f64) {
+    const fn taylor(x: f64) -> (f64, f64) {
+        let x2 = x * x;
+        let (mut c, mut s, mut term_c, mut term_s) = (1.0, x, 1.0, x);
+        let mut i = 1;
+        while i < 12 {
+            let (even, odd) = ((2 * i) as f64, (2 * i + 1) as f64);
+            term_c = -term_c * x2 / ((even - 1.0) * even);
+            term_s = -term_s * x2 / (even * odd);
+            c += term_c;
+            s += term_s;
+            i += 1;
+        }
+        (c, s)
+    }
+    let m = k % n;
+    let octant = 8 * m / n;
+    let rem = 8 * m - octant * n;
+    let quarter_pi = core::f64::consts::FRAC_PI_4;
+    // angle = (octant + rem/n)·π/4; an odd octant is measured back from the next quarter turn.
+    let (mut c, mut s, mut quarters) = if octant.is_multiple_of(2) {
+        let (c, s) = taylor(rem as f64 / n as f64 * quarter_pi);
+        (c, s, octant / 2)
+    } else {
+        let (c, s) = taylor((n - rem) as f64 / n as f64 * quarter_pi);
+        (c, -s, octant / 2 + 1)
+    };
+    while quarters > 0 {
+        (c, s) = (-s, c);
+        quarters -= 1;
+    }
+    (c, s)
+}
+
+/// `W_N^t` for `t < N`, rounded once from f64: `W_N = exp(-2πi/N)` forward, its conjugate
+/// for the inverse (`INV`). Evaluated at compile time where a codelet asks for it.
+pub const fn roots<const N: usize, const INV: bool>() -> [Complex32; N] {
+    let mut out = [Complex32::ZERO; N];
+    let mut t = 0;
+    while t < N {
+        let (c, s) = unit_root(t as u64, N as u64);
+        out[t] = Complex32::new(c as f32, if INV { s as f32 } else { -s as f32 });
+        t += 1;
+    }
+    out
+}
+
+/// Lengths [`dft_reg`] computes.
+pub const CODELET_LENGTHS: [usize; 13] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16];
+
+/// A length-`L` DFT of `v` in registers, in natural order, forward or inverse (`INV`,
+/// unnormalised), for `L` in [`CODELET_LENGTHS`]. Every index and root is a compile-time
+/// constant once inlined: radix-2 and radix-4 butterflies, the symmetric form of odd lengths
+/// (3, 5, 7), and composite lengths as a two-factor Cooley-Tukey of those.
+#[inline(always)]
+pub fn dft_reg<const L: usize, const INV: bool>(v: &mut [Complex32; L]) {
+    let v: &mut [Complex32] = v;
+    match L {
+        1 => {}
+        2 => {
+            let (a, b) = (v[0], v[1]);
+            (v[0], v[1]) = (a + b, a - b);
+        }
+        4 => radix4::<INV>(v),
+        3 | 5 | 7 => odd::<L, INV>(v),
+        6 => composite::<2, 3, 6, INV>(v),
+        8 => composite::<4, 2, 8, INV>(v),
+        9 => composite::<3, 3, 9, INV>(v),
+        10 => composite::<2, 5, 10, INV>(v),
+        12 => composite::<4, 3, 12, INV>(v),
+        14 => composite::<2, 7, 14, INV>(v),
+        16 => composite::<4, 4, 16, INV>(v),
+        _ => panic!("dft_reg: no codelet of this length"),
+    }
+}
+
+#[inline(always)]
+fn radix4<const INV: bool>(v: &mut [Complex32]) {
+    let (a, b) = (v[0] + v[2], v[0] - v[2]);
+    let (c, d) = (v[1] + v[3], v[1] - v[3]);
+    // (v1 - v3)·W_4: -i forward, +i inverse.
+    let d = if INV { d.mul_i() } else { -d.mul_i() };
+    (v[0], v[1], v[2], v[3]) = (a + c, b + d, a - c, b - d);
+}
+
+/// Odd `L`: `out[s] = v0 + Σ_r (v_r + v_{L-r})·Re W^{rs} + i·(v_r - v_{L-r})·Im W^{rs}` over
+/// `r ≤ (L-1)/2`, and `out[L-s]` with the second sum's sign flipped. (Index loops, not
+/// iterators or `copy_from_slice`: register arrays stay registers only when fully unrolled.)
+#[inline(always)]
+#[allow(clippy::needless_range_loop, clippy::manual_memcpy)]
+fn odd<const L: usize, const INV: bool>(v: &mut [Complex32]) {
+    let w = const { roots::<L, INV>() };
+    let half = (L - 1) / 2;
+    let (mut sum, mut diff) = ([Complex32::ZERO; L], [Complex32::ZERO; L]);
+    let mut out = [Complex32::ZERO; L];
+    out[0] = v[0];
+    for r in 1..half + 1 {
+        (sum[r], diff[r]) = (v[r] + v[L - r], v[r] - v[L - r]);
+        out[0] = out[0] + sum[r];
+    }
+    for s in 1..half + 1 {
+        let (mut even, mut odd) = (v[0], Complex32::ZERO);
+        for r in 1..half + 1 {
+            let root = w[(r * s) % L];
+            even = sum[r].scale_add(root.re, even);
+            odd = diff[r].mul_i().scale_add(root.im, odd);
+        }
+        (out[s], out[L - s]) = (even + odd, even - odd);
+    }
+    for s in 0..L {
+        v[s] = out[s];
+    }
+}
+
+/// `N = A·B`: length-`B` DFTs of the `A` strided subsequences, twiddles `W_N^{a·kb}`, then
+/// length-`A` DFTs across them; `out[kb + B·ka]`.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+fn composite<const A: usize, const B: usize, const N: usize, const INV: bool>(v: &mut [Complex32]) {
+    const { assert!(A * B == N) };
+    let w = const { roots::<N, INV>() };
+    let mut mid = [[Complex32::ZERO; B]; A];
+    for a in 0..A {
+        let mut u = [Complex32::ZERO; B];
+        for b in 0..B {
+            u[b] = v[a + A * b];
+        }
+        dft_reg::<B, INV>(&mut u);
+        for kb in 0..B {
+            mid[a][kb] = u[kb].mul_const(w[a * kb]);
+        }
+    }
+    for kb in 0..B {
+        let mut u = [Complex32::ZERO; A];
+        for a in 0..A {
+            u[a] = mid[a][kb];
+        }
+        dft_reg::<A, INV>(&mut u);
+        for ka in 0..A {
+            v[kb + B * ka] = u[ka];
+        }
+    }
+}
+
 /// Parameters of [`FFT_KERNEL`]. Transform `b < batch` reads element `i` at
 /// `input + base(b) + i · stride` and writes it at `output + base(b) + i · stride`, with
 /// `base(b) = (b div inner) · outer_dist + (b mod inner) · inner_dist` (row transforms:
@@ -155,7 +302,7 @@ impl FftParams {
 #[allow(clippy::needless_range_loop)]
 mod entry {
     use super::{Butterfly, FFT_THREADS, FftParams, FftPass, dft};
-    use crate::{MagicDiv, cgemm::Complex32, prelude::*};
+    use crate::{MagicDiv, complex::Complex32, prelude::*};
 
     #[inline(always)]
     fn lds(addr: u32) -> Complex32 {

@@ -19,6 +19,7 @@
 )]
 
 pub mod cgemm;
+pub mod complex;
 pub mod conv;
 pub mod fft;
 pub mod geometry;

@@ -106,6 +106,16 @@ impl Tolerance {
         Tolerance { tol: f32::EPSILON as f64 * (8.0 + sqrt(taps as f64)), floor: f32::MIN_POSITIVE as f64 }
     }
 
+    /// FFT convolution: an output's rounding error comes from the whole transform, not from
+    /// its own taps: about `2^-24 · log2(N²) · scale` on random data, where `scale` is the
+    /// RMS of the input times the RMS over channels of a filter's L2 norm (the RMS of an
+    /// output that sees every tap, and still the scale of the error where every output sees
+    /// only padding). The bound adds `1e-4 · scale` to [`Self::f32_sum`]'s.
+    pub fn fft(taps: u64, scale: f64) -> Self {
+        let sum = Self::f32_sum(taps);
+        Tolerance { tol: sum.tol, floor: 1e-4 * scale + sum.floor }
+    }
+
     /// `|ours - value| / (tol · magnitude + floor)`: at most 1 passes. 0 for an exact match
     /// (non-finite values included), `+∞` where a non-finite value does not match.
     #[inline(always)]

@@ -1,3 +1,4 @@
 //! Convolution kernel families, one module each.
 
 pub mod direct;
+pub mod fft;

@@ -1,0 +1,316 @@
+//! The fused FFT convolution without a GPU: its codelets against an f64 DFT, and its block
+//! programs (`kernels_gpu::conv::fft::{spectrum, convolve}`, the code the kernels run) on the
+//! CPU against the f64 reference convolution, with every shared-memory access tracked: a slot
+//! read before it was written, or touched by two work items between two barriers with one of
+//! them writing, fails the test (the kernels would race there), as does an output written
+//! twice or never.
+
+mod common;
+
+use common::dft_f64;
+use convkit::{
+    Conv2d, Error,
+    conv::fft::{choose_tile, params, side_needed, unsupported, variants},
+    fft::twiddles,
+    harness::reference::{compare_host, cpu_reference, fft_error_scale, host_uniform},
+};
+use kernels_gpu::{
+    complex::Complex32,
+    conv::fft::{Block, FftConvParams, FftConvTile, convolve, spectrum},
+    fft::{CODELET_LENGTHS, dft_reg, roots, unit_root},
+    verify::Tolerance,
+};
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+use std::collections::HashMap;
+
+fn check_codelet<const L: usize>() {
+    let x: Vec<Complex32> = host_uniform(L as u64 + 100, 2 * L).chunks(2).map(|p| Complex32::new(p[0], p[1])).collect();
+    for inverse in [false, true] {
+        let mut v: [Complex32; L] = x.clone().try_into().unwrap();
+        if inverse {
+            dft_reg::<L, true>(&mut v)
+        } else {
+            dft_reg::<L, false>(&mut v)
+        }
+        let exact = dft_f64(&x, inverse);
+        let (mut err, mut norm) = (0.0f64, 0.0f64);
+        for (o, e) in v.iter().zip(&exact) {
+            err += (o.re as f64 - e.0).powi(2) + (o.im as f64 - e.1).powi(2);
+            norm += e.0 * e.0 + e.1 * e.1;
+        }
+        let rel = (err / norm).sqrt();
+        assert!(rel < 3e-7, "length {L}, inverse {inverse}: relative L2 error {rel:e}");
+    }
+}
+
+#[test]
+fn codelets_match_an_f64_dft() {
+    check_codelet::<1>();
+    check_codelet::<2>();
+    check_codelet::<3>();
+    check_codelet::<4>();
+    check_codelet::<5>();
+    check_codelet::<6>();
+    check_codelet::<7>();
+    check_codelet::<8>();
+    check_codelet::<9>();
+    check_codelet::<10>();
+    check_codelet::<12>();
+    check_codelet::<14>();
+    check_codelet::<16>();
+    assert_eq!(CODELET_LENGTHS.len(), 13, "a new codelet length needs its line above");
+}
+
+#[test]
+fn compile_time_roots_are_accurate_and_exact_at_quarter_turns() {
+    for n in [1u64, 2, 3, 4, 5, 7, 8, 9, 12, 16, 60, 97, 160, 1000] {
+        for k in 0..n {
+            let (c, s) = unit_root(k, n);
+            let angle = 2.0 * std::f64::consts::PI * k as f64 / n as f64;
+            assert!((c - angle.cos()).abs() < 1e-15 && (s - angle.sin()).abs() < 1e-15, "root {k}/{n}: ({c}, {s})");
+            if (4 * k) % n == 0 {
+                assert!(c == c.round() && s == s.round(), "root {k}/{n} should be exact: ({c}, {s})");
+            }
+        }
+    }
+    let w = roots::<8, false>();
+    assert_eq!((w[2].re, w[2].im), (0.0, -1.0), "W_8^2 = -i forward");
+    assert_eq!(roots::<8, true>()[6].im, -1.0, "W_8^-6 = -i");
+}
+
+/// Who touched a slot since the last barrier.
+#[derive(Default)]
+struct Access {
+    readers: Vec<u32>,
+    writer: Option<u32>,
+}
+
+/// The CPU's [`Block`]: work items run one after another; memory is tracked.
+struct CpuBlock<'a> {
+    smem: Vec<Option<Complex32>>,
+    access: HashMap<u32, Access>,
+    item: u32,
+    source: &'a [f32],
+    spectrum: &'a mut [Complex32],
+    twiddles: &'a [Complex32],
+    output: &'a mut [f32],
+    written: &'a mut [bool],
+}
+
+impl CpuBlock<'_> {
+    fn touch(&mut self, slot: u32, write: bool) {
+        let item = self.item;
+        let a = self.access.entry(slot).or_default();
+        if let Some(w) = a.writer {
+            assert_eq!(w, item, "slot {slot}: item {item} touches what item {w} wrote in the same phase");
+        }
+        if write {
+            assert!(
+                a.readers.iter().all(|&r| r == item),
+                "slot {slot}: item {item} writes what other items read in the same phase"
+            );
+            a.writer = Some(item);
+        } else if !a.readers.contains(&item) {
+            a.readers.push(item);
+        }
+    }
+}
+
+impl Block for CpuBlock<'_> {
+    fn for_each(&mut self, count: u32, mut f: impl FnMut(&mut Self, u32)) {
+        for item in 0..count {
+            self.item = item;
+            f(self, item);
+        }
+    }
+
+    fn barrier(&mut self) {
+        self.access.clear();
+    }
+
+    fn load(&mut self, slot: u32) -> Complex32 {
+        self.touch(slot, false);
+        self.smem[slot as usize].unwrap_or_else(|| panic!("slot {slot} read before it was written"))
+    }
+
+    fn store(&mut self, slot: u32, v: Complex32) {
+        self.touch(slot, true);
+        self.smem[slot as usize] = Some(v);
+    }
+
+    fn source(&mut self, offset: u64) -> f32 {
+        self.source[offset as usize]
+    }
+
+    fn spectrum(&mut self, offset: u64) -> Complex32 {
+        self.spectrum[offset as usize]
+    }
+
+    fn store_spectrum(&mut self, offset: u64, v: Complex32) {
+        self.spectrum[offset as usize] = v;
+    }
+
+    fn twiddle(&mut self, t: u32) -> Complex32 {
+        self.twiddles[t as usize]
+    }
+
+    fn store_output(&mut self, offset: u64, v: f32) {
+        assert!(!self.written[offset as usize], "output {offset} written twice");
+        self.written[offset as usize] = true;
+        self.output[offset as usize] = v;
+    }
+}
+
+/// Runs block program `which` (spectrum or convolution) of `tile` on the CPU.
+fn run_block(tile: &FftConvTile, m: &mut CpuBlock, p: &FftConvParams, block: u32, convolution: bool) {
+    macro_rules! dispatch {
+        ($(($a:literal, $b:literal)),*) => {
+            match (tile.a, tile.b) {
+                $(($a, $b) => if convolution { convolve::<$a, $b, _>(m, p, block) } else { spectrum::<$a, $b, _>(m, p, block) },)*
+                (a, b) => panic!("tile {a} x {b} is missing from this test's dispatch"),
+            }
+        };
+    }
+    dispatch!(
+        (4, 3),
+        (2, 7),
+        (4, 4),
+        (4, 5),
+        (8, 3),
+        (4, 7),
+        (8, 4),
+        (4, 9),
+        (8, 5),
+        (6, 7),
+        (8, 6),
+        (8, 7),
+        (8, 8),
+        (8, 9),
+        (8, 10),
+        (12, 7),
+        (8, 12),
+        (16, 7),
+        (12, 10),
+        (16, 8),
+        (16, 9),
+        (16, 10)
+    )
+}
+
+/// The whole FFT convolution of `conv` with `tile` on the CPU: every channel's spectrum, then
+/// every block.
+fn emulate(conv: &Conv2d, tile: &FftConvTile, x: &[f32], w: &[f32]) -> Vec<f32> {
+    let geom = conv.geometry().unwrap();
+    let p = params(conv, &geom);
+    let table = twiddles(tile.side() as usize);
+    let slots = (tile.side() * tile.pitch()) as usize;
+    let mut spec = vec![Complex32::new(f32::NAN, f32::NAN); conv.c * tile.spectrum_len()];
+    let mut y = vec![f32::NAN; geom.y_len];
+    let mut written = vec![false; geom.y_len];
+    let mut scratch_out = [0.0f32; 0];
+    let mut scratch_written = [false; 0];
+    for channel in 0..conv.c as u32 {
+        let mut m = CpuBlock {
+            smem: vec![None; slots],
+            access: HashMap::new(),
+            item: 0,
+            source: w,
+            spectrum: &mut spec,
+            twiddles: &table,
+            output: &mut scratch_out,
+            written: &mut scratch_written,
+        };
+        run_block(tile, &mut m, &p, channel, false);
+    }
+    assert!(spec.iter().all(|v| v.re.is_finite() && v.im.is_finite()), "a spectrum value was not written");
+    for block in 0..conv.c as u32 * p.pair_count() {
+        let mut m = CpuBlock {
+            smem: vec![None; slots],
+            access: HashMap::new(),
+            item: 0,
+            source: x,
+            spectrum: &mut spec,
+            twiddles: &table,
+            output: &mut y,
+            written: &mut written,
+        };
+        run_block(tile, &mut m, &p, block, true);
+    }
+    assert!(written.iter().all(|&w| w), "an output was never written");
+    y
+}
+
+/// Emulates `conv` with `tile` on fresh inputs and checks it against the f64 reference with
+/// the FFT bound; returns the worst error as a fraction of the bound.
+fn check(conv: &Conv2d, tile: &FftConvTile, seed: u64) -> f64 {
+    let geom = conv.geometry().unwrap();
+    let x = host_uniform(seed, geom.x_len);
+    let w = host_uniform(seed + 1, geom.w_len);
+    let y = emulate(conv, tile, &x, &w);
+    let truth = cpu_reference(conv, &x, &w).unwrap();
+    let scale = fft_error_scale(&x, &w, conv.k);
+    let stats = compare_host(&y, &truth, Tolerance::fft(geom.taps(conv) as u64, scale));
+    assert!(
+        stats.passed(),
+        "{conv} on {}: {} outputs beyond the bound (worst {:.3} of it, first at {})",
+        tile.name,
+        stats.violations,
+        stats.worst_ratio(),
+        stats.first_violation
+    );
+    stats.worst_ratio()
+}
+
+fn depthwise(n: usize, c: usize, h: usize, w: usize, r: usize, s: usize) -> Conv2d {
+    Conv2d { n, groups: c, ..Conv2d::new(c, h, w, c, r, s) }
+}
+
+#[test]
+fn every_tile_convolves_like_the_f64_reference() {
+    let mut worst: f64 = 0.0;
+    for (i, tile) in variants().iter().enumerate() {
+        // An image that needs the full side: input + padding = N.
+        let side = tile.side() as usize;
+        let (r, s) = ((side / 3) | 1, 5);
+        let pad = [r / 2, s / 2];
+        let conv = Conv2d { pad, ..depthwise(3, 2, side - pad[0], side - pad[1] - 1, r, s) };
+        let geom = conv.geometry().unwrap();
+        assert_eq!(unsupported(&conv, &geom, tile), None, "{conv} should fit {}", tile.name);
+        worst = worst.max(check(&conv, tile, 10 + i as u64));
+    }
+    println!("worst error: {worst:.4} of the bound");
+}
+
+#[test]
+fn random_layers_convolve_like_the_f64_reference() {
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut worst: f64 = 0.0;
+    for case in 0..60 {
+        let (h, w) = (rng.random_range(1..40), rng.random_range(1..40));
+        let stride = [rng.random_range(1..4), rng.random_range(1..4)];
+        let dilation = [rng.random_range(1..3), rng.random_range(1..3)];
+        let (r, s) = (rng.random_range(1..12), rng.random_range(1..12));
+        let pad = [rng.random_range(0..r * dilation[0]), rng.random_range(0..s * dilation[1])];
+        let conv =
+            Conv2d { pad, stride, dilation, ..depthwise(rng.random_range(1..5), rng.random_range(1..4), h, w, r, s) };
+        let Ok(geom) = conv.geometry() else { continue };
+        let Ok(tile) = choose_tile(&conv, &geom) else { continue };
+        assert!(side_needed(&conv, &geom) <= tile.side() as u64);
+        worst = worst.max(check(&conv, &tile, 100 + case));
+    }
+    println!("worst error: {worst:.4} of the bound");
+}
+
+#[test]
+fn unsupported_layers_get_a_reason() {
+    let dense = Conv2d::new(4, 16, 16, 4, 5, 5);
+    let geom = dense.geometry().unwrap();
+    assert!(matches!(choose_tile(&dense, &geom), Err(Error::Unsupported { algorithm: "fft", .. })));
+    let multiplier = Conv2d { groups: 4, ..Conv2d::new(4, 16, 16, 8, 5, 5) };
+    let geom = multiplier.geometry().unwrap();
+    assert!(choose_tile(&multiplier, &geom).is_err(), "channel multipliers are not fused");
+    let huge = depthwise(1, 1, 300, 300, 7, 7);
+    let geom = huge.geometry().unwrap();
+    let err = choose_tile(&huge, &geom).unwrap_err().to_string();
+    assert!(err.contains("at least 300") && err.contains("160"), "{err}");
+}
