@@ -46,6 +46,9 @@ pub enum Error {
     #[error("cuBLAS call {call} failed: {source:?}")]
     Cublas { call: &'static str, source: cudarc::cublas::result::CublasError },
     #[cfg(feature = "harness")]
+    #[error("cuFFT call {call} failed: {source:?}")]
+    Cufft { call: &'static str, source: cudarc::cufft::result::CufftError },
+    #[cfg(feature = "harness")]
     #[error("cuBLASLt call {call} failed: {source:?}")]
     CublasLt { call: &'static str, source: cudarc::cublaslt::result::CublasError },
 }
@@ -84,5 +87,12 @@ impl<T> Context<T> for std::result::Result<T, cudarc::cublas::result::CublasErro
 impl<T> Context<T> for std::result::Result<T, cudarc::cublaslt::result::CublasError> {
     fn during(self, call: &'static str) -> Result<T> {
         self.map_err(|source| Error::CublasLt { call, source })
+    }
+}
+
+#[cfg(feature = "harness")]
+impl<T> Context<T> for std::result::Result<T, cudarc::cufft::result::CufftError> {
+    fn during(self, call: &'static str) -> Result<T> {
+        self.map_err(|source| Error::Cufft { call, source })
     }
 }

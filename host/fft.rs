@@ -1,13 +1,18 @@
-//! Batched complex FFT, lengths `2^a 3^b 5^c 7^d` up to [`FFT_MAX_N`], forward or inverse,
-//! any element stride and a two-level batch layout (so rows and columns of images are both one
-//! launch). The kernel is in `kernels-gpu/src/fft.rs`.
+//! Batched complex FFTs (kernels in `kernels-gpu/src/fft/`):
+//! - [`FftPlan`]: 1D, lengths `2^a 3^b 5^c 7^d` up to [`FFT_MAX_N`], any element stride and a
+//!   two-level batch layout (so rows and columns of images are both one launch).
+//! - [`Fft2dPlan`]: square 2D transforms of the sizes in [`fft2d_sizes`] (12 to 160), one
+//!   image per block held in shared memory, natural order in and out.
 
 use crate::{Error, Gpu, Result};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels_gpu::{
     MagicDiv,
-    cgemm::Complex32,
-    fft::{FFT_KERNEL, FFT_THREADS, FftParams, FftPass, passes},
+    complex::Complex32,
+    fft::{
+        FFT_KERNEL, FFT_THREADS, FftParams, FftPass, passes,
+        square::{FFT2D_SIZES, Fft2dParams, Fft2dSize},
+    },
 };
 
 pub use kernels_gpu::fft::{FFT_MAX_N, factorize};
@@ -169,6 +174,76 @@ impl FftPlan {
             // Safety: validate() bounds every element the kernel reads or writes by `needed`,
             // which both buffers hold; the tables are this plan's, for this length.
             unsafe { gpu.launch(stream, FFT_KERNEL, cfg, p) }?;
+        }
+        gpu.check_deferred()
+    }
+}
+
+/// The sizes [`Fft2dPlan`] transforms, smallest first.
+pub fn fft2d_sizes() -> &'static [Fft2dSize] {
+    FFT2D_SIZES
+}
+
+/// Square 2D transforms of one size: `images` contiguous `n x n` complex images.
+pub struct Fft2dPlan {
+    size: Fft2dSize,
+    twiddles: CudaSlice<Complex32>,
+}
+
+impl Fft2dPlan {
+    /// A plan for `n x n` images; `n` must be one of [`fft2d_sizes`].
+    pub fn new(gpu: &Gpu, n: usize) -> Result<Self> {
+        let size = *FFT2D_SIZES.iter().find(|s| s.side() as usize == n).ok_or_else(|| {
+            let sides: Vec<String> = FFT2D_SIZES.iter().map(|s| s.side().to_string()).collect();
+            Error::invalid("n", format!("= {n} is not a 2D transform size (sizes: {})", sides.join(", ")))
+        })?;
+        Ok(Fft2dPlan { size, twiddles: gpu.upload(&twiddles(n))? })
+    }
+
+    pub fn size(&self) -> &Fft2dSize {
+        &self.size
+    }
+
+    /// Transforms the `images` images of `input` into `output` on `stream`, every output
+    /// times `scale`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn execute(
+        &self,
+        gpu: &Gpu,
+        stream: &CudaStream,
+        direction: Direction,
+        scale: f32,
+        images: usize,
+        input: &impl DevicePtr<Complex32>,
+        output: &mut impl DevicePtrMut<Complex32>,
+    ) -> Result<()> {
+        if images == 0 || images > i32::MAX as usize {
+            return Err(Error::invalid("images", format!("= {images} is not in 1..=2^31-1")));
+        }
+        let n = self.size.side() as usize;
+        let needed = images.checked_mul(n * n).ok_or_else(|| Error::invalid("images", "overflows the buffer size"))?;
+        for (buffer, got) in [("input", input.len()), ("output", output.len())] {
+            if got != needed {
+                return Err(Error::BufferSize { buffer, expected: needed, got });
+            }
+        }
+        for (what, buffer_stream) in [("input", input.stream()), ("output", output.stream())] {
+            gpu.check_stream(buffer_stream).map_err(|_| Error::ForeignContext { what: format!("buffer `{what}`") })?;
+        }
+        let threads = gpu.block_threads(self.size.name, self.size.threads, images as u64)?;
+        {
+            let (twiddles, _t) = self.twiddles.device_ptr(stream);
+            let (input, _i) = input.device_ptr(stream);
+            let (output, _o) = output.device_ptr_mut(stream);
+            let inverse = (direction == Direction::Inverse) as u32;
+            let p = Fft2dParams { input, output, twiddles, images: images as u32, inverse, scale, _pad: 0 };
+            let cfg = LaunchConfig {
+                grid_dim: (p.images, 1, 1),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: self.size.smem_bytes(),
+            };
+            // Safety: both buffers hold exactly `images` images of n x n; the twiddles are n.
+            unsafe { gpu.launch(stream, self.size.name, cfg, p) }?;
         }
         gpu.check_deferred()
     }

@@ -133,6 +133,17 @@ impl Gpu {
             .during("cuOccupancyMaxActiveBlocksPerMultiprocessor")
     }
 
+    /// Threads per block for a kernel whose blocks each work through their items with a
+    /// block-stride loop (any block size computes the same): `preferred` when there are enough
+    /// blocks to fill the GPU, else as many as the kernel's registers allow (up to 1024), so
+    /// that a lone block or a few get all the threads an SM can give them.
+    pub(crate) fn block_threads(&self, name: &'static str, preferred: u32, blocks: u64) -> Result<u32> {
+        let most = self.function(name)?.max_threads_per_block().during("cuFuncGetAttribute(max threads)")? as u32;
+        let threads = if blocks >= self.sm_count as u64 { preferred } else { 1024 };
+        // Whole warps, within what the kernel's registers allow.
+        Ok(threads.min(most) / 32 * 32)
+    }
+
     /// Launches kernel `name` with its parameter struct on `stream` (checked to be ours).
     ///
     /// # Safety

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::dft_f64;
+use common::{CpuBlock, dft_f64};
 use convkit::{
     Error,
     fft::{FFT_MAX_N, FftLayout, factorize, twiddles},
@@ -11,7 +11,10 @@ use convkit::{
 };
 use kernels_gpu::{
     cgemm::Complex32,
-    fft::{dft, passes},
+    fft::{
+        dft, passes,
+        square::{FFT2D_SIZES, Fft2dParams, Fft2dSize, fft2d},
+    },
 };
 
 /// ‖ours − exact‖₂ / ‖exact‖₂.
@@ -139,4 +142,79 @@ fn layouts_are_validated() {
     bad(FftLayout { outer_dist: 7, ..FftLayout::rows(8, 2) }, "stride");
     bad(FftLayout { inner_dist: 0, ..FftLayout::columns(4, 4, 1) }, "stride");
     bad(FftLayout { outer_dist: usize::MAX / 4, ..FftLayout::rows(8, 9) }, "batch");
+}
+
+/// The standalone 2D FFT's block program for `size` on the CPU, over every image of `input`.
+fn emulate_2d(size: &Fft2dSize, input: &[Complex32], inverse: bool, scale: f32) -> Vec<Complex32> {
+    let n = size.side() as usize;
+    let table = twiddles(n);
+    let mut output = vec![Complex32::new(f32::NAN, f32::NAN); input.len()];
+    let mut written = vec![false; input.len()];
+    let p = Fft2dParams {
+        input: 0,
+        output: 0,
+        twiddles: 0,
+        images: (input.len() / (n * n)) as u32,
+        inverse: inverse as u32,
+        scale,
+        _pad: 0,
+    };
+    for image in 0..p.images {
+        let mut m = CpuBlock::new(size.smem_bytes() as usize / size_of::<Complex32>(), &table, &mut written);
+        (m.complex_in, m.complex_out) = (input, &mut output);
+        macro_rules! dispatch {
+            ($(($n:literal, $a:literal, $b:literal, $threads:literal)),* $(,)?) => {
+                match (size.a, size.b) {
+                    $(($a, $b) => fft2d::<$a, $b, _>(&mut m, &p, image),)*
+                    (a, b) => panic!("no square size {a} x {b}"),
+                }
+            };
+        }
+        kernels_gpu::square_sizes!(dispatch);
+    }
+    assert!(written.iter().all(|&w| w), "{}: an output was never written", size.name);
+    output
+}
+
+/// The f64 2D DFT of one `n x n` image (rows, then columns).
+fn dft2d_f64(x: &[Complex32], n: usize) -> Vec<(f64, f64)> {
+    let rows: Vec<(f64, f64)> = x.chunks(n).flat_map(|row| dft_f64(row, false)).collect();
+    let mut out = vec![(0.0, 0.0); n * n];
+    for col in 0..n {
+        // dft_f64 takes f32 input: split the f64 column into a head and a tail that sum to it.
+        let head: Vec<Complex32> =
+            (0..n).map(|r| Complex32::new(rows[r * n + col].0 as f32, rows[r * n + col].1 as f32)).collect();
+        let tail: Vec<Complex32> = (0..n)
+            .map(|r| {
+                let (re, im) = rows[r * n + col];
+                Complex32::new((re - head[r].re as f64) as f32, (im - head[r].im as f64) as f32)
+            })
+            .collect();
+        for (k, (h, t)) in dft_f64(&head, false).into_iter().zip(dft_f64(&tail, false)).enumerate() {
+            out[k * n + col] = (h.0 + t.0, h.1 + t.1);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_2d_transforms_match_an_f64_dft_and_invert() {
+    let mut worst: f64 = 0.0;
+    for (i, size) in FFT2D_SIZES.iter().enumerate() {
+        let n = size.side() as usize;
+        let x: Vec<Complex32> =
+            host_uniform(500 + i as u64, 4 * n * n).chunks(2).map(|p| Complex32::new(p[0], p[1])).collect();
+        let forward = emulate_2d(size, &x, false, 1.0);
+        for image in 0..2 {
+            let at = image * n * n..(image + 1) * n * n;
+            let err = rel_l2(&forward[at.clone()], &dft2d_f64(&x[at], n));
+            assert!(err <= 1e-6, "{}: forward relative L2 error {err:e}", size.name);
+            worst = worst.max(err);
+        }
+        let back = emulate_2d(size, &forward, true, 1.0 / (n * n) as f32);
+        let exact: Vec<(f64, f64)> = x.iter().map(|v| (v.re as f64, v.im as f64)).collect();
+        let err = rel_l2(&back, &exact);
+        assert!(err <= 1e-6, "{}: round trip relative L2 error {err:e}", size.name);
+    }
+    println!("worst relative L2 error of the forward 2D transforms: {worst:e}");
 }

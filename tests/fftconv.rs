@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::dft_f64;
+use common::{CpuBlock, dft_f64};
 use convkit::{
     Conv2d, Error,
     conv::fft::{choose_tile, params, side_needed, unsupported, variants},
@@ -16,12 +16,11 @@ use convkit::{
 };
 use kernels_gpu::{
     complex::Complex32,
-    conv::fft::{Block, FftConvParams, FftConvTile, convolve, spectrum},
+    conv::fft::{FftConvParams, FftConvTile, convolve, spectrum},
     fft::{CODELET_LENGTHS, dft_reg, roots, unit_root},
     verify::Tolerance,
 };
 use rand::{Rng, SeedableRng, rngs::SmallRng};
-use std::collections::HashMap;
 
 fn check_codelet<const L: usize>() {
     let x: Vec<Complex32> = host_uniform(L as u64 + 100, 2 * L).chunks(2).map(|p| Complex32::new(p[0], p[1])).collect();
@@ -78,123 +77,17 @@ fn compile_time_roots_are_accurate_and_exact_at_quarter_turns() {
     assert_eq!(roots::<8, true>()[6].im, -1.0, "W_8^-6 = -i");
 }
 
-/// Who touched a slot since the last barrier.
-#[derive(Default)]
-struct Access {
-    readers: Vec<u32>,
-    writer: Option<u32>,
-}
-
-/// The CPU's [`Block`]: work items run one after another; memory is tracked.
-struct CpuBlock<'a> {
-    smem: Vec<Option<Complex32>>,
-    access: HashMap<u32, Access>,
-    item: u32,
-    source: &'a [f32],
-    spectrum: &'a mut [Complex32],
-    twiddles: &'a [Complex32],
-    output: &'a mut [f32],
-    written: &'a mut [bool],
-}
-
-impl CpuBlock<'_> {
-    fn touch(&mut self, slot: u32, write: bool) {
-        let item = self.item;
-        let a = self.access.entry(slot).or_default();
-        if let Some(w) = a.writer {
-            assert_eq!(w, item, "slot {slot}: item {item} touches what item {w} wrote in the same phase");
-        }
-        if write {
-            assert!(
-                a.readers.iter().all(|&r| r == item),
-                "slot {slot}: item {item} writes what other items read in the same phase"
-            );
-            a.writer = Some(item);
-        } else if !a.readers.contains(&item) {
-            a.readers.push(item);
-        }
-    }
-}
-
-impl Block for CpuBlock<'_> {
-    fn for_each(&mut self, count: u32, mut f: impl FnMut(&mut Self, u32)) {
-        for item in 0..count {
-            self.item = item;
-            f(self, item);
-        }
-    }
-
-    fn barrier(&mut self) {
-        self.access.clear();
-    }
-
-    fn load(&mut self, slot: u32) -> Complex32 {
-        self.touch(slot, false);
-        self.smem[slot as usize].unwrap_or_else(|| panic!("slot {slot} read before it was written"))
-    }
-
-    fn store(&mut self, slot: u32, v: Complex32) {
-        self.touch(slot, true);
-        self.smem[slot as usize] = Some(v);
-    }
-
-    fn source(&mut self, offset: u64) -> f32 {
-        self.source[offset as usize]
-    }
-
-    fn spectrum(&mut self, offset: u64) -> Complex32 {
-        self.spectrum[offset as usize]
-    }
-
-    fn store_spectrum(&mut self, offset: u64, v: Complex32) {
-        self.spectrum[offset as usize] = v;
-    }
-
-    fn twiddle(&mut self, t: u32) -> Complex32 {
-        self.twiddles[t as usize]
-    }
-
-    fn store_output(&mut self, offset: u64, v: f32) {
-        assert!(!self.written[offset as usize], "output {offset} written twice");
-        self.written[offset as usize] = true;
-        self.output[offset as usize] = v;
-    }
-}
-
 /// Runs block program `which` (spectrum or convolution) of `tile` on the CPU.
 fn run_block(tile: &FftConvTile, m: &mut CpuBlock, p: &FftConvParams, block: u32, convolution: bool) {
     macro_rules! dispatch {
-        ($(($a:literal, $b:literal)),*) => {
+        ($(($n:literal, $a:literal, $b:literal, $threads:literal)),* $(,)?) => {
             match (tile.a, tile.b) {
                 $(($a, $b) => if convolution { convolve::<$a, $b, _>(m, p, block) } else { spectrum::<$a, $b, _>(m, p, block) },)*
-                (a, b) => panic!("tile {a} x {b} is missing from this test's dispatch"),
+                (a, b) => panic!("no square size {a} x {b}"),
             }
         };
     }
-    dispatch!(
-        (4, 3),
-        (2, 7),
-        (4, 4),
-        (4, 5),
-        (8, 3),
-        (4, 7),
-        (8, 4),
-        (4, 9),
-        (8, 5),
-        (6, 7),
-        (8, 6),
-        (8, 7),
-        (8, 8),
-        (8, 9),
-        (8, 10),
-        (12, 7),
-        (8, 12),
-        (16, 7),
-        (12, 10),
-        (16, 8),
-        (16, 9),
-        (16, 10)
-    )
+    kernels_gpu::square_sizes!(dispatch)
 }
 
 /// The whole FFT convolution of `conv` with `tile` on the CPU: every channel's spectrum, then
@@ -203,37 +96,20 @@ fn emulate(conv: &Conv2d, tile: &FftConvTile, x: &[f32], w: &[f32]) -> Vec<f32> 
     let geom = conv.geometry().unwrap();
     let p = params(conv, &geom);
     let table = twiddles(tile.side() as usize);
-    let slots = (tile.side() * tile.pitch()) as usize;
+    let slots = tile.smem_bytes() as usize / size_of::<Complex32>();
     let mut spec = vec![Complex32::new(f32::NAN, f32::NAN); conv.c * tile.spectrum_len()];
-    let mut y = vec![f32::NAN; geom.y_len];
-    let mut written = vec![false; geom.y_len];
-    let mut scratch_out = [0.0f32; 0];
-    let mut scratch_written = [false; 0];
+    let mut spec_written = vec![false; spec.len()];
     for channel in 0..conv.c as u32 {
-        let mut m = CpuBlock {
-            smem: vec![None; slots],
-            access: HashMap::new(),
-            item: 0,
-            source: w,
-            spectrum: &mut spec,
-            twiddles: &table,
-            output: &mut scratch_out,
-            written: &mut scratch_written,
-        };
+        let mut m = CpuBlock::new(slots, &table, &mut spec_written);
+        (m.real_in, m.complex_out) = (w, &mut spec);
         run_block(tile, &mut m, &p, channel, false);
     }
-    assert!(spec.iter().all(|v| v.re.is_finite() && v.im.is_finite()), "a spectrum value was not written");
+    assert!(spec_written.iter().all(|&w| w), "a spectrum value was not written");
+    let mut y = vec![f32::NAN; geom.y_len];
+    let mut written = vec![false; geom.y_len];
     for block in 0..conv.c as u32 * p.pair_count() {
-        let mut m = CpuBlock {
-            smem: vec![None; slots],
-            access: HashMap::new(),
-            item: 0,
-            source: x,
-            spectrum: &mut spec,
-            twiddles: &table,
-            output: &mut y,
-            written: &mut written,
-        };
+        let mut m = CpuBlock::new(slots, &table, &mut written);
+        (m.real_in, m.complex_in, m.real_out) = (x, &spec, &mut y);
         run_block(tile, &mut m, &p, block, true);
     }
     assert!(written.iter().all(|&w| w), "an output was never written");

@@ -489,3 +489,29 @@ fn fft_convolution_matches_the_reference_writes_only_its_output_and_follows_new_
     let r = FftConvPlan::new(&gpu, stream, &big, &w_big);
     assert!(matches!(r, Err(Error::Unsupported { algorithm: "fft", .. })), "{:?}", r.err());
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fft2d_matches_an_f64_dft_and_cufft_at_every_size() {
+    use convkit::{
+        fft::{Direction, Fft2dPlan, fft2d_sizes},
+        harness::fft::{FftCase, check_case},
+    };
+    let gpu = gpu();
+    for (i, size) in fft2d_sizes().iter().enumerate() {
+        for direction in [Direction::Forward, Direction::Inverse] {
+            let case = FftCase { n: size.side() as usize, images: 3, direction };
+            let [ours, cufft, between] = check_case(&gpu, &case, 0xf2d + i as u64).unwrap();
+            assert!(ours <= 1e-6, "{}: relative L2 error {ours:e} against the f64 DFT", case.label());
+            assert!(cufft <= 1e-6 && between <= 2e-6, "{}: cuFFT {cufft:e}, ours vs cuFFT {between:e}", case.label());
+        }
+    }
+    let r = Fft2dPlan::new(&gpu, 11);
+    assert!(matches!(r, Err(Error::InvalidShape { field: "n", .. })), "{:?}", r.err());
+    let plan = Fft2dPlan::new(&gpu, 12).unwrap();
+    let (input, mut output) = (gpu.alloc::<Complex32>(2 * 144).unwrap(), gpu.alloc::<Complex32>(2 * 144 - 1).unwrap());
+    let r = plan.execute(&gpu, gpu.stream(), Direction::Forward, 1.0, 2, &input, &mut output);
+    assert!(matches!(r, Err(Error::BufferSize { buffer: "output", .. })), "{r:?}");
+    let r = plan.execute(&gpu, gpu.stream(), Direction::Forward, 1.0, 0, &input, &mut output);
+    assert!(matches!(r, Err(Error::InvalidShape { field: "images", .. })), "{r:?}");
+}

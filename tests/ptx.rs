@@ -11,7 +11,10 @@ use kernels_gpu::{
         direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
         fft::{FFTCONV_TILES, FftConvParams},
     },
-    fft::{FFT_KERNEL, FftParams},
+    fft::{
+        FFT_KERNEL, FftParams,
+        square::{FFT2D_SIZES, Fft2dParams},
+    },
     random::{FILL_KERNEL, FillParams},
     timing::{GATE_KERNEL, GateParams},
     verify::{COMPARE_KERNEL, CompareParams, REFERENCE_KERNEL, RefConvParams},
@@ -22,6 +25,7 @@ use std::{collections::BTreeMap, path::PathBuf, process::Command};
 fn kernels() -> Vec<(&'static str, usize)> {
     let mut all: Vec<_> = DIRECT_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DirectFwdParams>())).collect();
     all.extend(CGEMM_TILES.iter().map(|t| (t.name, size_of::<CgemmParams>())));
+    all.extend(FFT2D_SIZES.iter().map(|s| (s.name, size_of::<Fft2dParams>())));
     for tile in FFTCONV_TILES {
         all.extend([(tile.name, size_of::<FftConvParams>()), (tile.spectrum_kernel, size_of::<FftConvParams>())]);
     }

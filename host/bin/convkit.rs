@@ -6,11 +6,13 @@ use convkit::{
     cgemm::{CGEMM_TILES, CgemmTile},
     conv::cudnn::{MathClass, engines::ALL_HEURISTICS},
     direct,
+    fft::{Direction, fft2d_sizes},
     harness::{
         bench::{Bench, BenchOptions, Candidate, LayerResult, Source},
         cgemm::{self as cgemm_harness, CGEMM_SYNTAX, CgemmCase, CgemmCheck, CgemmRow},
         check::{self, Case, CaseResult, Checker},
         cublas::{Cublas, CublasLtPlan},
+        fft::{self as fft_harness, FftCase, FftRow},
         report::RunInfo,
         suites::{self, SUITES},
         timing::GpuQueue,
@@ -36,7 +38,7 @@ struct Cli {
 enum Command {
     /// Check every kernel variant against the f64 reference and cuDNN; exits 1 on any failure.
     Check(CheckArgs),
-    /// Time our kernel against cuDNN's best exact and best fast (TF32) implementations.
+    /// Time our kernels against cuDNN's best exact and best fast (TF32) implementations.
     Bench(BenchArgs),
     /// Print the device, driver, cuDNN and kernel variants this build would use.
     Info,
@@ -47,7 +49,7 @@ struct Layers {
     /// A layer to run (repeatable); see the shape syntax below.
     #[arg(long = "shape", value_name = "SPEC", value_parser = parse_shape)]
     shapes: Vec<Conv2d>,
-    /// A built-in suite (default, smoke, large) or a file with one shape per line.
+    /// A built-in suite (default, smoke, large, large-kernel) or a file with one shape per line.
     #[arg(long, value_name = "NAME|FILE")]
     suite: Option<String>,
 }
@@ -104,12 +106,75 @@ struct CheckArgs {
 enum CheckFamily {
     /// Check the batched complex GEMM against the f64 reference (random problems by default).
     Cgemm(CgemmCheckArgs),
+    /// Check the 2D FFT against an f64 DFT and cuFFT (every size, both directions, by default).
+    Fft(FftCheckArgs),
 }
 
 #[derive(Subcommand)]
 enum BenchFamily {
     /// Time the batched complex GEMM against cuBLAS (`square` suite by default).
     Cgemm(CgemmBenchArgs),
+    /// Time the 2D FFT against cuFFT (the FFT convolution's sizes and batches by default).
+    Fft(FftBenchArgs),
+}
+
+#[derive(Args)]
+struct FftCheckArgs {
+    /// A batch to check, `NxIMAGES` (repeatable), e.g. 72x2048; both directions each.
+    #[arg(long = "case", value_name = "NxIMAGES", value_parser = parse_fft_case)]
+    cases: Vec<(usize, usize)>,
+    /// Seed of the random inputs (default: from the clock, printed).
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+#[derive(Args)]
+struct FftBenchArgs {
+    /// A batch to time, `NxIMAGES` (repeatable), e.g. 72x2048; both directions each.
+    #[arg(long = "case", value_name = "NxIMAGES", value_parser = parse_fft_case)]
+    cases: Vec<(usize, usize)>,
+    #[command(flatten)]
+    timing: TimedRunArgs,
+}
+
+/// How `bench cgemm` and `bench fft` time and record.
+#[derive(Args)]
+struct TimedRunArgs {
+    /// Timed launches of each implementation per round.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=200))]
+    reps: u64,
+    /// Interleaved rounds (the median is over rounds x reps launches).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
+    /// Untimed launches of each implementation first.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Seed of the random inputs (default: from the clock, printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Also write the run's header and every measurement as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+impl TimedRunArgs {
+    fn schedule(&self) -> Schedule {
+        Schedule { warmup: self.warmup, rounds: self.rounds as usize, reps: self.reps as usize }
+    }
+}
+
+fn parse_fft_case(spec: &str) -> Result<(usize, usize), String> {
+    fft_harness::parse_case(spec).map_err(|e| e.to_string())
+}
+
+/// Both directions of each `(n, images)`.
+fn fft_cases(pairs: &[(usize, usize)]) -> Vec<FftCase> {
+    pairs
+        .iter()
+        .flat_map(|&(n, images)| {
+            [Direction::Forward, Direction::Inverse].map(|direction| FftCase { n, images, direction })
+        })
+        .collect()
 }
 
 #[derive(Args)]
@@ -149,21 +214,8 @@ struct CgemmCheckArgs {
 struct CgemmBenchArgs {
     #[command(flatten)]
     problems: CgemmProblems,
-    /// Timed launches of each implementation per round.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=200))]
-    reps: u64,
-    /// Interleaved rounds.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
-    rounds: u64,
-    /// Untimed launches of each implementation first.
-    #[arg(long, default_value_t = 3)]
-    warmup: usize,
-    /// Seed of the random inputs (default: from the clock, printed).
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Also write the run's header and every measurement as JSON.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    timing: TimedRunArgs,
     /// Also time these variants (repeatable; `all` for every one that computes the problem).
     #[arg(long = "variant", value_name = "NAME", value_parser = parse_variant)]
     variants: Vec<Vec<&'static CgemmTile>>,
@@ -193,15 +245,8 @@ struct BenchArgs {
     family: Option<BenchFamily>,
     #[command(flatten)]
     layers: Layers,
-    /// Timed launches of each implementation per round.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=200))]
-    reps: u64,
-    /// Interleaved rounds (the median is over rounds x reps launches).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
-    rounds: u64,
-    /// Untimed launches of each implementation first.
-    #[arg(long, default_value_t = 3)]
-    warmup: usize,
+    #[command(flatten)]
+    timing: TimedRunArgs,
     /// Host-free launches per cuDNN candidate when screening.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
     screen_reps: u64,
@@ -211,15 +256,9 @@ struct BenchArgs {
     /// Run the whole suite this many times and report the spread of each ratio.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     repeat: u64,
-    /// Seed of the random inputs (default: from the clock, printed).
-    #[arg(long)]
-    seed: Option<u64>,
     /// Workspace limit for cuDNN, in MiB.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
     workspace_mib: u64,
-    /// Also write the run's header and every measurement as JSON.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
     /// Time this direct-kernel variant (see `convkit info`) instead of the heuristic's choice.
     #[arg(long, value_name = "NAME", value_parser = parse_tile)]
     tile: Option<DirectTile>,
@@ -250,6 +289,8 @@ fn main() -> ExitCode {
     let outcome = match &cli.command {
         Command::Check(CheckArgs { family: Some(CheckFamily::Cgemm(args)), .. }) => run_check_cgemm(cli.device, args),
         Command::Bench(BenchArgs { family: Some(BenchFamily::Cgemm(args)), .. }) => run_bench_cgemm(cli.device, args),
+        Command::Check(CheckArgs { family: Some(CheckFamily::Fft(args)), .. }) => run_check_fft(cli.device, args),
+        Command::Bench(BenchArgs { family: Some(BenchFamily::Fft(args)), .. }) => run_bench_fft(cli.device, args),
         Command::Check(args) => run_check(cli.device, args),
         Command::Bench(args) => run_bench(cli.device, args),
         Command::Info => run_info(cli.device),
@@ -414,7 +455,7 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
         None => suites::load_suite("default")?,
     };
     let opts = BenchOptions {
-        schedule: Schedule { warmup: args.warmup, rounds: args.rounds as usize, reps: args.reps as usize },
+        schedule: args.timing.schedule(),
         screen_reps: args.screen_reps as usize,
         finalists: args.finalists as usize,
         min_working_set: 120 << 20,
@@ -422,7 +463,7 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
         tile: args.tile,
         heuristics: ALL_HEURISTICS.to_vec(),
     };
-    let seed = args.seed.unwrap_or_else(clock_seed);
+    let seed = args.timing.seed.unwrap_or_else(clock_seed);
     let mut info = RunInfo::collect(&gpu, seed)?;
     let mut bench = Bench::new(&gpu, opts.clone())?;
     let repeats = args.repeat as usize;
@@ -444,7 +485,7 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
     bar.finish_and_clear();
     info.finish();
 
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.timing.json {
         let doc = serde_json::json!({ "run": info, "options": opts, "repeats": runs });
         let text = serde_json::to_string_pretty(&doc).expect("bench results serialise");
         std::fs::write(path, text).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
@@ -642,9 +683,9 @@ fn run_bench_cgemm(device: usize, args: &CgemmBenchArgs) -> Result<ExitCode, Err
         Some(cases) => cases,
         None => cgemm_harness::load_suite("square")?,
     };
-    let seed = args.seed.unwrap_or_else(clock_seed);
+    let seed = args.timing.seed.unwrap_or_else(clock_seed);
     let mut info = RunInfo::collect(&gpu, seed)?;
-    let schedule = Schedule { warmup: args.warmup, rounds: args.rounds as usize, reps: args.reps as usize };
+    let schedule = args.timing.schedule();
     let min_working_set = 120 << 20;
     let mut queue = GpuQueue::new(&gpu, gpu.stream())?;
     let cublas = Cublas::new(&gpu, gpu.stream())?;
@@ -668,7 +709,7 @@ fn run_bench_cgemm(device: usize, args: &CgemmBenchArgs) -> Result<ExitCode, Err
     }
     bar.finish_and_clear();
     info.finish();
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.timing.json {
         let doc = serde_json::json!({ "run": info, "cublas": cublas_version, "schedule": schedule, "rows": rows });
         let text = serde_json::to_string_pretty(&doc).expect("bench results serialise");
         std::fs::write(path, text).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
@@ -733,6 +774,119 @@ fn run_bench_cgemm(device: usize, args: &CgemmBenchArgs) -> Result<ExitCode, Err
         Ok(ExitCode::SUCCESS)
     } else {
         eprintln!("convkit: our output exceeded its error bound on: {}", bad.join(", "));
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+fn run_check_fft(device: usize, args: &FftCheckArgs) -> Result<ExitCode, Error> {
+    let gpu = Gpu::new(device)?;
+    let seed = args.seed.unwrap_or_else(clock_seed);
+    let pairs: Vec<(usize, usize)> = if args.cases.is_empty() {
+        let every_size = fft2d_sizes().iter().map(|s| (s.side() as usize, 3));
+        every_size.chain(fft_harness::DEFAULT_CASES.iter().copied()).collect()
+    } else {
+        args.cases.clone()
+    };
+    let cases = fft_cases(&pairs);
+    let mut info = RunInfo::collect(&gpu, seed)?;
+    let bar = progress(cases.len(), "check fft");
+    let mut rows = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        bar.set_message(case.label());
+        rows.push((*case, fft_harness::check_case(&gpu, case, mix(seed, i as u64))?));
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    info.finish();
+    for line in info.header() {
+        println!("{line}");
+    }
+    println!("\n| transform | ours vs f64 DFT | cuFFT vs f64 DFT | ours vs cuFFT (all images) |");
+    println!("| --- | ---: | ---: | ---: |");
+    for (case, [ours, cufft, between]) in &rows {
+        println!("| {} | {ours:.2e} | {cufft:.2e} | {between:.2e} |", case.label());
+    }
+    let failed: Vec<String> =
+        rows.iter().filter(|(_, [ours, _, _])| !fft_passes(*ours)).map(|(c, _)| c.label()).collect();
+    println!(
+        "\ncheck fft: {} passed, {} failed (relative L2 error against an f64 DFT of the first images at most {FFT_TOLERANCE:e})",
+        rows.len() - failed.len(),
+        failed.len()
+    );
+    if failed.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("convkit: FFT beyond the bound on: {}", failed.join(", "));
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// What `check fft` and `bench fft` hold our transforms to (issue 7: 1e-6 relative).
+const FFT_TOLERANCE: f64 = 1e-6;
+
+/// Whether a relative L2 error is within [`FFT_TOLERANCE`] (NaN is not).
+fn fft_passes(err: f64) -> bool {
+    err <= FFT_TOLERANCE
+}
+
+fn run_bench_fft(device: usize, args: &FftBenchArgs) -> Result<ExitCode, Error> {
+    let gpu = Gpu::new(device)?;
+    let pairs = if args.cases.is_empty() { fft_harness::DEFAULT_CASES.to_vec() } else { args.cases.clone() };
+    let cases = fft_cases(&pairs);
+    let seed = args.timing.seed.unwrap_or_else(clock_seed);
+    let mut info = RunInfo::collect(&gpu, seed)?;
+    let schedule = args.timing.schedule();
+    let min_working_set = 120 << 20;
+    let mut queue = GpuQueue::new(&gpu, gpu.stream())?;
+    let bar = progress(cases.len(), "bench fft");
+    let mut rows: Vec<FftRow> = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        bar.set_message(case.label());
+        rows.push(fft_harness::bench_case(&gpu, &mut queue, case, mix(seed, i as u64), schedule, min_working_set)?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    info.finish();
+    if let Some(path) = &args.timing.json {
+        let doc = serde_json::json!({ "run": info, "schedule": schedule, "rows": rows });
+        let text = serde_json::to_string_pretty(&doc).expect("bench results serialise");
+        std::fs::write(path, text).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    }
+    for line in info.header() {
+        println!("{line}");
+    }
+    println!(
+        "cuFFT: a batched C2C plan (cufftPlanMany, rank 2) of the same images; timing: host-free, {} warm-up, {} rounds x {} \
+         launches, interleaved; median (p10-p90) ms; inputs rotated over >= {} MB; errors: relative L2 against an f64 DFT \
+         of the first images",
+        schedule.warmup,
+        schedule.rounds,
+        schedule.reps,
+        min_working_set >> 20
+    );
+    println!("\n| transform | ours ms (p10-p90) | cuFFT ms | vs cuFFT | % HBM | ours err | cuFFT err |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for r in &rows {
+        let [ours, theirs] = &r.candidates;
+        println!(
+            "| {} | {:.4} ({:.4}-{:.4}) | {:.4} | {:.2}x | {:.1} | {:.1e} | {:.1e} |",
+            r.case.label(),
+            ours.timing.p50,
+            ours.timing.p10,
+            ours.timing.p90,
+            theirs.timing.p50,
+            r.speedup(),
+            r.hbm_percent(),
+            ours.rel_l2,
+            theirs.rel_l2
+        );
+    }
+    let bad: Vec<String> =
+        rows.iter().filter(|r| !fft_passes(r.candidates[0].rel_l2)).map(|r| r.case.label()).collect();
+    if bad.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("convkit: our FFT exceeded its error bound on: {}", bad.join(", "));
         Ok(ExitCode::FAILURE)
     }
 }

@@ -195,9 +195,11 @@ impl FftConvPlan {
             let (t_ptr, _ts) = self.twiddles.device_ptr(stream);
             (p.x, p.y, p.spectrum, p.twiddles) = (x_ptr, y_ptr, s_ptr, t_ptr);
             let blocks = self.conv.c as u32 * p.pair_count();
+            let threads = gpu.block_threads(self.tile.name, self.tile.threads, blocks as u64)?;
+            let cfg = LaunchConfig { block_dim: (threads, 1, 1), ..self.launch_config(blocks) };
             // Safety: x and y hold exactly the shape's elements (checked above), the spectrum
             // and twiddles were sized for this tile, and `unsupported` bounded the grid.
-            unsafe { gpu.launch(stream, self.tile.name, self.launch_config(blocks), p) }?;
+            unsafe { gpu.launch(stream, self.tile.name, cfg, p) }?;
         }
         gpu.check_deferred()
     }

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod cgemm;
 pub mod check;
 pub mod cublas;
+pub mod fft;
 mod nvml;
 pub mod reference;
 pub mod report;

@@ -1,6 +1,8 @@
 //! Helpers shared by the CPU tests of the FFT and the FFT convolution.
+#![allow(dead_code)] // each test binary uses its part
 
-use kernels_gpu::complex::Complex32;
+use kernels_gpu::{complex::Complex32, fft::square::Block};
+use std::collections::HashMap;
 
 /// The f64 DFT of `x`, forward (`W = exp(-2πi/n)`) or inverse, unnormalised.
 pub fn dft_f64(x: &[Complex32], inverse: bool) -> Vec<(f64, f64)> {
@@ -15,4 +17,113 @@ pub fn dft_f64(x: &[Complex32], inverse: bool) -> Vec<(f64, f64)> {
             })
         })
         .collect()
+}
+
+/// Who touched a slot since the last barrier.
+#[derive(Default)]
+struct Access {
+    readers: Vec<u32>,
+    writer: Option<u32>,
+}
+
+/// The CPU's [`Block`]: work items run one after another; shared memory is tracked (a slot
+/// read before it was written, or touched by two items between two barriers with one of them
+/// writing, panics), and so are writes of the outputs (twice panics).
+pub struct CpuBlock<'a> {
+    smem: Vec<Option<Complex32>>,
+    access: HashMap<u32, Access>,
+    item: u32,
+    pub twiddles: &'a [Complex32],
+    pub real_in: &'a [f32],
+    pub complex_in: &'a [Complex32],
+    pub real_out: &'a mut [f32],
+    pub complex_out: &'a mut [Complex32],
+    /// Which outputs were written (both kinds): none may be written twice.
+    pub written: &'a mut [bool],
+}
+
+impl<'a> CpuBlock<'a> {
+    /// A block with `slots` of shared memory, none written yet.
+    pub fn new(slots: usize, twiddles: &'a [Complex32], written: &'a mut [bool]) -> Self {
+        CpuBlock {
+            smem: vec![None; slots],
+            access: HashMap::new(),
+            item: 0,
+            twiddles,
+            real_in: &[],
+            complex_in: &[],
+            real_out: &mut [],
+            complex_out: &mut [],
+            written,
+        }
+    }
+}
+
+impl CpuBlock<'_> {
+    fn mark_written(&mut self, offset: u64) {
+        assert!(!self.written[offset as usize], "output {offset} written twice");
+        self.written[offset as usize] = true;
+    }
+
+    fn touch(&mut self, slot: u32, write: bool) {
+        let item = self.item;
+        let a = self.access.entry(slot).or_default();
+        if let Some(w) = a.writer {
+            assert_eq!(w, item, "slot {slot}: item {item} touches what item {w} wrote in the same phase");
+        }
+        if write {
+            assert!(
+                a.readers.iter().all(|&r| r == item),
+                "slot {slot}: item {item} writes what other items read in the same phase"
+            );
+            a.writer = Some(item);
+        } else if !a.readers.contains(&item) {
+            a.readers.push(item);
+        }
+    }
+}
+
+impl Block for CpuBlock<'_> {
+    fn for_each(&mut self, count: u32, mut f: impl FnMut(&mut Self, u32)) {
+        for item in 0..count {
+            self.item = item;
+            f(self, item);
+        }
+    }
+
+    fn barrier(&mut self) {
+        self.access.clear();
+    }
+
+    fn load(&mut self, slot: u32) -> Complex32 {
+        self.touch(slot, false);
+        self.smem[slot as usize].unwrap_or_else(|| panic!("slot {slot} read before it was written"))
+    }
+
+    fn store(&mut self, slot: u32, v: Complex32) {
+        self.touch(slot, true);
+        self.smem[slot as usize] = Some(v);
+    }
+
+    fn twiddle(&mut self, t: u32) -> Complex32 {
+        self.twiddles[t as usize]
+    }
+
+    fn read_real(&mut self, offset: u64) -> f32 {
+        self.real_in[offset as usize]
+    }
+
+    fn read_complex(&mut self, offset: u64) -> Complex32 {
+        self.complex_in[offset as usize]
+    }
+
+    fn write_real(&mut self, offset: u64, v: f32) {
+        self.mark_written(offset);
+        self.real_out[offset as usize] = v;
+    }
+
+    fn write_complex(&mut self, offset: u64, v: Complex32) {
+        self.mark_written(offset);
+        self.complex_out[offset as usize] = v;
+    }
 }

@@ -12,6 +12,8 @@
 //! and rounded once; the per-pass data (radix, twiddle unit, the magic divider by `Ns`) from a
 //! table in global memory, so that no kernel array is indexed at run time.
 
+pub mod square;
+
 use crate::{MagicDiv, complex::Complex32};
 use bytemuck::{Pod, Zeroable};
 
