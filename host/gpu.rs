@@ -247,7 +247,8 @@ struct KernelArg<T>(T);
 unsafe impl<T: bytemuck::Pod> DeviceRepr for KernelArg<T> {}
 
 /// A grid-stride launch over `len` items: enough blocks to fill the GPU a few times over,
-/// no more than the items need.
+/// no more than the items need. (The harness's kernels use it.)
+#[cfg(feature = "harness")]
 pub(crate) fn grid_stride_config(gpu: &Gpu, len: u64) -> LaunchConfig {
     const THREADS: u32 = 256;
     let wanted = len.div_ceil(THREADS as u64).max(1);

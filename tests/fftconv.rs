@@ -10,13 +10,16 @@ mod common;
 use common::{CpuBlock, dft_f64};
 use convkit::{
     Conv2d, Error,
+    cgemm::{BatchedGemm, Op},
     conv::fft::{choose_tile, params, side_needed, unsupported, variants},
+    conv::fft_gemm::{self, FftGemmShape},
     fft::twiddles,
     harness::reference::{compare_host, cpu_reference, fft_error_scale, host_uniform},
 };
 use kernels_gpu::{
     complex::Complex32,
     conv::fft::{FftConvParams, FftConvTile, convolve, spectrum},
+    conv::fft_gemm::{FftGemmParams, filter_spectra, input_spectra, output_tiles},
     fft::{CODELET_LENGTHS, dft_reg, roots, unit_root},
     verify::Tolerance,
 };
@@ -189,4 +192,144 @@ fn unsupported_layers_get_a_reason() {
     let geom = huge.geometry().unwrap();
     let err = choose_tile(&huge, &geom).unwrap_err().to_string();
     assert!(err.contains("at least 300") && err.contains("160"), "{err}");
+}
+
+/// Which block program of the tiled FFT convolution to run.
+#[derive(Clone, Copy)]
+enum Program {
+    Input,
+    Filter,
+    Output,
+}
+
+fn run_gemm_block(shape: &FftGemmShape, m: &mut CpuBlock, p: &FftGemmParams, block: u32, program: Program) {
+    macro_rules! dispatch {
+        ($(($n:literal, $a:literal, $b:literal, $threads:literal)),* $(,)?) => {
+            match (shape.size.a, shape.size.b) {
+                $(($a, $b) => match program {
+                    Program::Input => input_spectra::<$a, $b, _>(m, p, block),
+                    Program::Filter => filter_spectra::<$a, $b, _>(m, p, block),
+                    Program::Output => output_tiles::<$a, $b, _>(m, p, block),
+                },)*
+                (a, b) => panic!("no square size {a} x {b}"),
+            }
+        };
+    }
+    kernels_gpu::square_sizes!(dispatch)
+}
+
+/// `C = op(A) · B` for every matrix of `g` (ops N or T, column-major), f32 multiply-adds.
+fn cgemm_cpu(g: &BatchedGemm, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
+    let at = |op: Op, ld: usize, row: usize, col: usize| if op == Op::N { row + col * ld } else { col + row * ld };
+    for batch in 0..g.batch {
+        for i in 0..g.m {
+            for j in 0..g.n {
+                let mut acc = Complex32::ZERO;
+                for k in 0..g.k {
+                    let x = a[batch * g.stride_a + at(g.op_a, g.lda, i, k)];
+                    let y = b[batch * g.stride_b + at(g.op_b, g.ldb, k, j)];
+                    acc = x.mul_add(y, acc);
+                }
+                c[batch * g.stride_c + i + j * g.ldc] = acc;
+            }
+        }
+    }
+}
+
+/// The tiled FFT convolution of `conv` cut as `shape`, on the CPU: filter spectra, input
+/// spectra, the per-frequency product, output tiles, each spectrum checked to be fully written.
+fn emulate_gemm(conv: &Conv2d, shape: &FftGemmShape, x: &[f32], w: &[f32]) -> Vec<f32> {
+    let geom = conv.geometry().unwrap();
+    let p = fft_gemm::params(conv, &geom, shape);
+    let side = shape.size.side() as usize;
+    let table = twiddles(side);
+    let slots = shape.size.smem_bytes() as usize / size_of::<Complex32>();
+    let bins = side * side;
+    let run = |len: usize, blocks: usize, program: Program, real_in: &[f32], complex_in: &[Complex32]| {
+        let mut out = vec![Complex32::new(f32::NAN, f32::NAN); len];
+        let mut written = vec![false; len];
+        for block in 0..blocks as u32 {
+            let mut m = CpuBlock::new(slots, &table, &mut written);
+            (m.real_in, m.complex_in, m.complex_out) = (real_in, complex_in, &mut out);
+            run_gemm_block(shape, &mut m, &p, block, program);
+        }
+        assert!(written.iter().all(|&w| w), "a spectrum value was not written");
+        out
+    };
+    let s = run(bins * conv.k * geom.c_per_group, conv.k * geom.c_per_group, Program::Filter, w, &[]);
+    let z = run(bins * shape.pairs as usize * conv.c, conv.c * shape.pairs as usize, Program::Input, x, &[]);
+    let g = fft_gemm::gemm(conv, &geom, shape);
+    let mut yspec = vec![Complex32::new(f32::NAN, f32::NAN); bins * shape.pairs as usize * conv.k];
+    cgemm_cpu(&g, &s, &z, &mut yspec);
+    let mut y = vec![f32::NAN; geom.y_len];
+    let mut written = vec![false; geom.y_len];
+    for block in 0..(conv.k * shape.pairs as usize) as u32 {
+        let mut m = CpuBlock::new(slots, &table, &mut written);
+        (m.complex_in, m.real_out) = (&yspec, &mut y);
+        run_gemm_block(shape, &mut m, &p, block, Program::Output);
+    }
+    assert!(written.iter().all(|&w| w), "an output was never written");
+    y
+}
+
+#[test]
+fn tiled_fft_convolution_matches_the_f64_reference() {
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut worst: f64 = 0.0;
+    let mut runs = 0;
+    for case in 0..40 {
+        let (h, w) = (rng.random_range(1..48), rng.random_range(1..48));
+        let stride = [rng.random_range(1..3), rng.random_range(1..3)];
+        let dilation = [rng.random_range(1..3), rng.random_range(1..3)];
+        let (r, s) = (rng.random_range(1..10), rng.random_range(1..10));
+        let pad = [rng.random_range(0..r * dilation[0]), rng.random_range(0..s * dilation[1])];
+        let groups = [1, 1, 2, 3][case % 4];
+        let (c, k) = (groups * rng.random_range(1..4), groups * rng.random_range(1..4));
+        let n = rng.random_range(1..4);
+        let conv = Conv2d { n, groups, pad, stride, dilation, ..Conv2d::new(c, h, w, k, r, s) };
+        let Ok(geom) = conv.geometry() else { continue };
+        // The chosen tiling, and the smallest transform (the most tiles) that fits.
+        let chosen = fft_gemm::choose(&conv, &geom, usize::MAX, usize::MAX).unwrap();
+        let smallest = fft_gemm::sizes().iter().find_map(|size| fft_gemm::shape(&conv, &geom, size).ok()).unwrap();
+        for shape in [chosen, smallest] {
+            let x = host_uniform(300 + case as u64, geom.x_len);
+            let wv = host_uniform(400 + case as u64, geom.w_len);
+            let y = emulate_gemm(&conv, &shape, &x, &wv);
+            let truth = cpu_reference(&conv, &x, &wv).unwrap();
+            let bound = Tolerance::fft(geom.taps(&conv) as u64, fft_error_scale(&x, &wv, conv.k));
+            let stats = compare_host(&y, &truth, bound);
+            assert!(
+                stats.passed(),
+                "{conv} on {} ({:?} tiles of {:?}): {} beyond the bound, worst {:.3}, first at {}",
+                shape.size.input_kernel,
+                shape.tiles,
+                shape.tile,
+                stats.violations,
+                stats.worst_ratio(),
+                stats.first_violation
+            );
+            worst = worst.max(stats.worst_ratio());
+            runs += 1;
+        }
+    }
+    assert!(runs >= 40, "only {runs} runs");
+    println!("worst error: {worst:.4} of the bound over {runs} runs");
+}
+
+#[test]
+fn the_tiling_respects_memory_limits() {
+    let conv = Conv2d { pad: [7, 7], ..Conv2d::new(64, 128, 128, 64, 15, 15) };
+    let geom = conv.geometry().unwrap();
+    let free = fft_gemm::choose(&conv, &geom, usize::MAX, usize::MAX).unwrap();
+    let tight = fft_gemm::choose(&conv, &geom, free.plan_bytes() - 1, usize::MAX).unwrap();
+    assert!(tight.plan_bytes() < free.plan_bytes());
+    let tight = fft_gemm::choose(&conv, &geom, usize::MAX, free.workspace_bytes() - 1).unwrap();
+    assert!(tight.workspace_bytes() < free.workspace_bytes());
+    let r = fft_gemm::choose(&conv, &geom, usize::MAX, 1000);
+    assert!(matches!(r, Err(Error::WorkspaceTooSmall { given: 1000, .. })), "{r:?}");
+    let r = fft_gemm::choose(&conv, &geom, 1000, usize::MAX);
+    assert!(matches!(r, Err(Error::Unsupported { algorithm: "fft-gemm", .. })), "{r:?}");
+    let wide = Conv2d::new(1, 200, 200, 1, 170, 3);
+    let r = fft_gemm::choose(&wide, &wide.geometry().unwrap(), usize::MAX, usize::MAX);
+    assert!(matches!(r, Err(Error::Unsupported { algorithm: "fft-gemm", .. })), "{r:?}");
 }

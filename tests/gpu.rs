@@ -515,3 +515,51 @@ fn fft2d_matches_an_f64_dft_and_cufft_at_every_size() {
     let r = plan.execute(&gpu, gpu.stream(), Direction::Forward, 1.0, 0, &input, &mut output);
     assert!(matches!(r, Err(Error::InvalidShape { field: "images", .. })), "{r:?}");
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiled_fft_convolution_matches_the_reference_and_checks_its_workspace() {
+    use convkit::conv::fft_gemm::{self, FftGemmPlan};
+    let gpu = gpu();
+    let stream = gpu.stream();
+    let layers = [
+        Conv2d { pad: [7, 7], ..Conv2d::new(16, 64, 64, 24, 15, 15) },
+        Conv2d { n: 3, groups: 4, pad: [5, 2], stride: [2, 1], ..Conv2d::new(8, 37, 50, 12, 11, 5) },
+        Conv2d { n: 2, groups: 6, pad: [6, 6], dilation: [2, 2], ..Conv2d::new(6, 30, 30, 6, 7, 7) },
+        Conv2d { n: 1, pad: [15, 15], ..Conv2d::new(4, 128, 128, 4, 31, 31) },
+    ];
+    let mut workspace = gpu.alloc::<u8>(256 << 20).unwrap();
+    let mut worst: f64 = 0.0;
+    for (i, conv) in layers.iter().enumerate() {
+        let geom = conv.geometry().unwrap();
+        let (x_host, w_host, x, w) = inputs(&gpu, conv, 0xf6e + i as u64);
+        let truth = reference::gpu_reference(&gpu, stream, conv, &x, &w).unwrap();
+        let bound = Tolerance::fft(geom.taps(conv) as u64, reference::fft_error_scale(&x_host, &w_host, conv.k));
+        // The chosen tiling and the smallest transform that fits (the most tiles).
+        let chosen = fft_gemm::choose(conv, &geom, 1 << 30, workspace.len()).unwrap();
+        let smallest = fft_gemm::sizes().iter().find_map(|s| fft_gemm::shape(conv, &geom, s).ok()).unwrap();
+        for shape in [chosen, smallest] {
+            let plan = FftGemmPlan::with_shape(&gpu, stream, conv, shape, &w).unwrap();
+            let guard = 4096;
+            let mut y = gpu.upload(&vec![f32::NAN; geom.y_len + 2 * guard]).unwrap();
+            gpu.fill_bits(&mut y.slice_mut(..guard), 0x7f80_0001).unwrap();
+            gpu.fill_bits(&mut y.slice_mut(guard + geom.y_len..), 0x7f80_0001).unwrap();
+            plan.forward(&gpu, stream, &x, &mut y.slice_mut(guard..guard + geom.y_len), &mut workspace).unwrap();
+            let stats = reference::compare(&gpu, stream, &y.slice(guard..guard + geom.y_len), &truth, bound).unwrap();
+            assert!(stats.passed(), "{conv} on {} ({:?} tiles): {stats:?}", shape.size.name, shape.tiles);
+            worst = worst.max(stats.worst_ratio());
+            let all = gpu.download(&y).unwrap();
+            let untouched = all[..guard].iter().chain(&all[guard + geom.y_len..]).all(|v| v.to_bits() == 0x7f80_0001);
+            assert!(untouched, "{conv}: a write outside the output");
+        }
+    }
+    println!("worst error {worst:.4} of the bound");
+    // A workspace one byte short is a typed error.
+    let conv = &layers[0];
+    let (_, _, x, w) = inputs(&gpu, conv, 1);
+    let plan = FftGemmPlan::new(&gpu, stream, conv, &w, 1 << 30, workspace.len()).unwrap();
+    let mut short = gpu.alloc::<u8>(plan.workspace_bytes() - 1).unwrap();
+    let mut y = gpu.alloc::<f32>(conv.geometry().unwrap().y_len).unwrap();
+    let r = plan.forward(&gpu, stream, &x, &mut y, &mut short);
+    assert!(matches!(r, Err(Error::WorkspaceTooSmall { .. })), "{r:?}");
+}

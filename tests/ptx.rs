@@ -10,6 +10,7 @@ use kernels_gpu::{
     conv::{
         direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
         fft::{FFTCONV_TILES, FftConvParams},
+        fft_gemm::{FFT_GEMM_SIZES, FftGemmParams},
     },
     fft::{
         FFT_KERNEL, FftParams,
@@ -26,6 +27,10 @@ fn kernels() -> Vec<(&'static str, usize)> {
     let mut all: Vec<_> = DIRECT_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DirectFwdParams>())).collect();
     all.extend(CGEMM_TILES.iter().map(|t| (t.name, size_of::<CgemmParams>())));
     all.extend(FFT2D_SIZES.iter().map(|s| (s.name, size_of::<Fft2dParams>())));
+    for size in FFT_GEMM_SIZES {
+        let kernels = [size.input_kernel, size.filter_kernel, size.output_kernel];
+        all.extend(kernels.map(|name| (name, size_of::<FftGemmParams>())));
+    }
     for tile in FFTCONV_TILES {
         all.extend([(tile.name, size_of::<FftConvParams>()), (tile.spectrum_kernel, size_of::<FftConvParams>())]);
     }

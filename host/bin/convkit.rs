@@ -516,9 +516,9 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
     );
     let last = runs.last().expect("at least one repeat");
     println!(
-        "\n| layer | ours ms (p10-p90) | ours | direct ms | FFT ms | cuDNN exact ms | exact engine | cuDNN fast ms | fast engine | vs exact | vs fast | GB/s | % HBM | err/bound |"
+        "\n| layer | ours ms (p10-p90) | ours | direct ms | FFT ms | tiled FFT ms | cuDNN exact ms | exact engine | cuDNN fast ms | fast engine | vs exact | vs fast | GB/s | % HBM | err/bound |"
     );
-    println!("| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
     for r in last {
         let ours = r.ours();
         let t = ours.timing.as_ref();
@@ -529,7 +529,7 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
             c.and_then(|c| c.timing.as_ref()).map_or("-".to_owned(), |t| format!("{:.3}", t.p50))
         };
         println!(
-            "| {} | {:.3} ({:.3}-{:.3}) | {} | {} | {} | {exact_ms} | {exact_name} | {fast_ms} | {fast_name} | {} | {} | {:.0} | {:.1} | {:.2} |",
+            "| {} | {:.3} ({:.3}-{:.3}) | {} | {} | {} | {} | {exact_ms} | {exact_name} | {fast_ms} | {fast_name} | {} | {} | {:.0} | {:.1} | {:.2} |",
             r.label,
             t.map_or(f64::NAN, |t| t.p50),
             t.map_or(f64::NAN, |t| t.p10),
@@ -537,6 +537,7 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
             ours.name,
             ms(Some(r.direct())),
             ms(r.fft_candidate()),
+            ms(r.fft_gemm_candidate()),
             ratio(MathClass::Exact),
             ratio(MathClass::Fast),
             r.gbytes_per_s(),

@@ -180,13 +180,7 @@ impl FftConvPlan {
         x: &impl DevicePtr<f32>,
         y: &mut impl DevicePtrMut<f32>,
     ) -> Result<()> {
-        for (buffer, expected, got) in [("x", self.geom.x_len, x.len()), ("y", self.geom.y_len, y.len())] {
-            if expected != got {
-                return Err(Error::BufferSize { buffer, expected, got });
-            }
-        }
-        gpu.check_buffer("x", x)?;
-        gpu.check_buffer("y", y)?;
+        super::check_io(gpu, &self.geom, x, y)?;
         let mut p = params(&self.conv, &self.geom);
         {
             let (x_ptr, _xs) = x.device_ptr(stream);

@@ -26,6 +26,7 @@ use crate::{
         },
         direct,
         fft::{self, FftConvPlan},
+        fft_gemm::{self, FftGemmPlan},
     },
 };
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
@@ -36,6 +37,9 @@ use kernels_gpu::{
 };
 use serde::Serialize;
 use std::{sync::Arc, time::Instant};
+
+/// Device memory the tiled FFT convolution's filter spectra may take, per copy of the weights.
+const FFT_GEMM_PLAN_LIMIT: usize = 1 << 30;
 
 /// The copy bandwidth measured on the H200 (bytes read + written), for "% of HBM".
 pub const HBM_BYTES_PER_S: f64 = 4.3e12;
@@ -148,11 +152,13 @@ pub struct LayerResult {
     pub flops: f64,
     pub min_bytes: f64,
     pub sets: usize,
-    /// `candidates[0]` is our direct kernel; `candidates[1]` our FFT convolution where
-    /// `fft` is set.
+    /// Ours first: the direct kernel, then the fused FFT convolution where `fft` is set, then
+    /// the tiled one where `fft_gemm` is set; then cuDNN's.
     pub candidates: Vec<Candidate>,
-    /// The FFT convolution's transform, where it computes the layer.
+    /// The fused FFT convolution's transform, where it computes the layer.
     pub fft: Option<&'static str>,
+    /// The tiled FFT convolution's transform, where it computes the layer.
+    pub fft_gemm: Option<&'static str>,
     /// Index of cuDNN's fastest timed candidate in the exact class.
     pub best_exact: Option<usize>,
     /// Index of cuDNN's fastest timed candidate with TF32 allowed: of either class, since
@@ -168,9 +174,9 @@ pub struct LayerResult {
 }
 
 impl LayerResult {
-    /// Our candidates: the direct kernel, then the FFT convolution if it ran.
+    /// Our candidates: the direct kernel, then the FFT convolutions that ran.
     pub fn convkit(&self) -> &[Candidate] {
-        &self.candidates[..1 + self.fft.is_some() as usize]
+        &self.candidates[..1 + self.fft.is_some() as usize + self.fft_gemm.is_some() as usize]
     }
 
     /// Our fastest timed candidate.
@@ -184,6 +190,10 @@ impl LayerResult {
 
     pub fn fft_candidate(&self) -> Option<&Candidate> {
         self.fft.map(|_| &self.candidates[1])
+    }
+
+    pub fn fft_gemm_candidate(&self) -> Option<&Candidate> {
+        self.fft_gemm.map(|_| &self.candidates[1 + self.fft.is_some() as usize])
     }
 
     pub fn ours_ms(&self) -> f64 {
@@ -262,6 +272,7 @@ enum Runner {
     Direct(DirectTile),
     /// One plan per copy of the weights in the arena.
     Fft(Vec<FftConvPlan>),
+    FftGemm(Vec<FftGemmPlan>),
     Engine(EnginePlan),
     Legacy(LegacyChoice),
 }
@@ -285,6 +296,7 @@ impl Env<'_, '_> {
         match runner {
             Runner::Direct(tile) => direct::forward_with(gpu, stream, conv, tile, &x, &w, &mut y),
             Runner::Fft(plans) => plans[set].forward(gpu, stream, &x, &mut y),
+            Runner::FftGemm(plans) => plans[set].forward(gpu, stream, &x, &mut y, self.workspace),
             Runner::Engine(plan) => {
                 let engines = self.engines.as_ref().expect("engine candidates come with their graph");
                 engines.execute(plan, &x, &w, &mut y, self.workspace)
@@ -366,6 +378,34 @@ impl<'g> Bench<'g> {
             }
             Err(e) => {
                 skipped.push(format!("convkit FFT: {e}"));
+                None
+            }
+        };
+        // The tiled FFT convolution: one plan per copy of the weights, the bench's workspace.
+        let fft_gemm_size = match fft_gemm::choose(conv, &geom, FFT_GEMM_PLAN_LIMIT, env.workspace.len()) {
+            Ok(shape) => {
+                let mut plans = Vec::with_capacity(env.arena.sets);
+                for set in 0..env.arena.sets {
+                    let (_, w, _) = env.arena.set(set);
+                    plans.push(FftGemmPlan::with_shape(gpu, &self.stream, conv, shape, &w)?);
+                }
+                let name = shape.size.name.to_owned();
+                let notes = format!(
+                    "f32 FFT, {}x{} tiles of {}x{}",
+                    shape.tiles[0], shape.tiles[1], shape.tile[0], shape.tile[1]
+                );
+                let mut candidate =
+                    Candidate::new(name, Source::Convkit, MathClass::Exact, notes, shape.workspace_bytes());
+                let (x0, w0, _) = env.arena.set(0);
+                let scale = reference::fft_error_scale(&gpu.download(&x0)?, &gpu.download(&w0)?, conv.k);
+                let runner = Runner::FftGemm(plans);
+                candidate.record(&env.validate(&runner, &truth, Tolerance::fft(geom.taps(conv) as u64, scale))?);
+                candidates.push(candidate);
+                runners.push(runner);
+                Some(shape.size.name)
+            }
+            Err(e) => {
+                skipped.push(format!("convkit tiled FFT: {e}"));
                 None
             }
         };
@@ -499,6 +539,7 @@ impl<'g> Bench<'g> {
             sets: env.arena.sets,
             candidates,
             fft: fft_tile,
+            fft_gemm: fft_gemm_size,
             best_exact,
             best_fast,
             engine_configs,

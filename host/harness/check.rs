@@ -15,6 +15,7 @@ use crate::{
             legacy::{LegacyConv, Math},
         },
         direct, fft,
+        fft_gemm::{self, FftGemmPlan},
     },
     error::Context,
 };
@@ -31,6 +32,9 @@ use std::sync::Arc;
 pub const CUDNN_EXACT: Tolerance = Tolerance { tol: 1e-4, floor: 1e-5 };
 /// TF32 (10-bit mantissa inputs) against the f64 reference: catches garbage, not rounding.
 pub const CUDNN_FAST: Tolerance = Tolerance { tol: 1e-2, floor: 1e-4 };
+
+/// Device memory a checked FFT plan may hold for its filters' spectra.
+const PLAN_LIMIT: usize = 1 << 30;
 
 /// One shape to check.
 #[derive(Clone, Debug)]
@@ -149,6 +153,20 @@ impl<'g> Checker<'g> {
                 plan.forward(gpu, stream, &x, &mut y)?;
                 let stats = reference::compare(gpu, stream, &y, &truth, bound)?;
                 variants.push(VariantResult { tile: tile.name, bound, stats });
+            }
+            // The tiled path: the chosen tiling, and the smallest transform (the most tiles).
+            let chosen = fft_gemm::choose(conv, &geom, PLAN_LIMIT, self.workspace.len()).ok();
+            let smallest = fft_gemm::sizes().iter().find_map(|size| {
+                fft_gemm::shape(conv, &geom, size).ok().filter(|s| s.workspace_bytes() <= self.workspace.len())
+            });
+            let mut shapes: Vec<_> = chosen.into_iter().chain(smallest).collect();
+            shapes.dedup();
+            for shape in shapes.into_iter().filter(|s| s.plan_bytes() <= PLAN_LIMIT) {
+                let plan = FftGemmPlan::with_shape(gpu, stream, conv, shape, &w)?;
+                gpu.poison(&mut y)?;
+                plan.forward(gpu, stream, &x, &mut y, &mut self.workspace)?;
+                let stats = reference::compare(gpu, stream, &y, &truth, bound)?;
+                variants.push(VariantResult { tile: shape.size.name, bound, stats });
             }
         }
 

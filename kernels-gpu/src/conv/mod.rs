@@ -2,3 +2,4 @@
 
 pub mod direct;
 pub mod fft;
+pub mod fft_gemm;
