@@ -19,7 +19,7 @@ use convkit::{
 use kernels_gpu::{
     complex::Complex32,
     conv::fft::{FftConvParams, FftConvTile, convolve, spectrum},
-    conv::fft_gemm::{FftGemmParams, filter_spectra, input_spectra, output_tiles},
+    conv::fft_gemm::{FftGemmParams, filter_spectra, fused_depthwise, input_spectra, output_tiles},
     fft::{CODELET_LENGTHS, dft_reg, roots, unit_root},
     verify::Tolerance,
 };
@@ -200,6 +200,7 @@ enum Program {
     Input,
     Filter,
     Output,
+    Depthwise,
 }
 
 fn run_gemm_block(shape: &FftGemmShape, m: &mut CpuBlock, p: &FftGemmParams, block: u32, program: Program) {
@@ -210,6 +211,7 @@ fn run_gemm_block(shape: &FftGemmShape, m: &mut CpuBlock, p: &FftGemmParams, blo
                     Program::Input => input_spectra::<$a, $b, _>(m, p, block),
                     Program::Filter => filter_spectra::<$a, $b, _>(m, p, block),
                     Program::Output => output_tiles::<$a, $b, _>(m, p, block),
+                    Program::Depthwise => fused_depthwise::<$a, $b, _>(m, p, block),
                 },)*
                 (a, b) => panic!("no square size {a} x {b}"),
             }
@@ -257,12 +259,21 @@ fn emulate_gemm(conv: &Conv2d, shape: &FftGemmShape, x: &[f32], w: &[f32]) -> Ve
         out
     };
     let s = run(bins * conv.k * geom.c_per_group, conv.k * geom.c_per_group, Program::Filter, w, &[]);
+    let mut y = vec![f32::NAN; geom.y_len];
+    let mut written = vec![false; geom.y_len];
+    if shape.fused {
+        for block in 0..(conv.c * shape.pairs as usize) as u32 {
+            let mut m = CpuBlock::new(slots, &table, &mut written);
+            (m.real_in, m.complex_in, m.real_out) = (x, &s, &mut y);
+            run_gemm_block(shape, &mut m, &p, block, Program::Depthwise);
+        }
+        assert!(written.iter().all(|&w| w), "an output was never written");
+        return y;
+    }
     let z = run(bins * shape.pairs as usize * conv.c, conv.c * shape.pairs as usize, Program::Input, x, &[]);
     let g = fft_gemm::gemm(conv, &geom, shape);
     let mut yspec = vec![Complex32::new(f32::NAN, f32::NAN); bins * shape.pairs as usize * conv.k];
     cgemm_cpu(&g, &s, &z, &mut yspec);
-    let mut y = vec![f32::NAN; geom.y_len];
-    let mut written = vec![false; geom.y_len];
     for block in 0..(conv.k * shape.pairs as usize) as u32 {
         let mut m = CpuBlock::new(slots, &table, &mut written);
         (m.complex_in, m.real_out) = (&yspec, &mut y);
@@ -276,15 +287,19 @@ fn emulate_gemm(conv: &Conv2d, shape: &FftGemmShape, x: &[f32], w: &[f32]) -> Ve
 fn tiled_fft_convolution_matches_the_f64_reference() {
     let mut rng = SmallRng::seed_from_u64(11);
     let mut worst: f64 = 0.0;
-    let mut runs = 0;
+    let (mut runs, mut fused) = (0, 0);
     for case in 0..40 {
         let (h, w) = (rng.random_range(1..48), rng.random_range(1..48));
         let stride = [rng.random_range(1..3), rng.random_range(1..3)];
         let dilation = [rng.random_range(1..3), rng.random_range(1..3)];
         let (r, s) = (rng.random_range(1..10), rng.random_range(1..10));
         let pad = [rng.random_range(0..r * dilation[0]), rng.random_range(0..s * dilation[1])];
-        let groups = [1, 1, 2, 3][case % 4];
-        let (c, k) = (groups * rng.random_range(1..4), groups * rng.random_range(1..4));
+        let groups = [1, 1, 2, 3, 4][case % 5];
+        let (c, k) = if case % 5 == 4 {
+            (groups, groups)
+        } else {
+            (groups * rng.random_range(1..4), groups * rng.random_range(1..4))
+        };
         let n = rng.random_range(1..4);
         let conv = Conv2d { n, groups, pad, stride, dilation, ..Conv2d::new(c, h, w, k, r, s) };
         let Ok(geom) = conv.geometry() else { continue };
@@ -310,9 +325,10 @@ fn tiled_fft_convolution_matches_the_f64_reference() {
             );
             worst = worst.max(stats.worst_ratio());
             runs += 1;
+            fused += shape.fused as usize;
         }
     }
-    assert!(runs >= 40, "only {runs} runs");
+    assert!(runs >= 40 && fused >= 8, "only {runs} runs, {fused} of them fused");
     println!("worst error: {worst:.4} of the bound over {runs} runs");
 }
 

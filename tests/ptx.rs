@@ -28,7 +28,7 @@ fn kernels() -> Vec<(&'static str, usize)> {
     all.extend(CGEMM_TILES.iter().map(|t| (t.name, size_of::<CgemmParams>())));
     all.extend(FFT2D_SIZES.iter().map(|s| (s.name, size_of::<Fft2dParams>())));
     for size in FFT_GEMM_SIZES {
-        let kernels = [size.input_kernel, size.filter_kernel, size.output_kernel];
+        let kernels = [size.input_kernel, size.filter_kernel, size.output_kernel, size.depthwise_kernel];
         all.extend(kernels.map(|name| (name, size_of::<FftGemmParams>())));
     }
     for tile in FFTCONV_TILES {

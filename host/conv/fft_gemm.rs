@@ -8,7 +8,7 @@
 
 use crate::{
     Conv2d, ConvGeometry, Error, Gpu, Result,
-    cgemm::{BatchedGemm, Layout, Op, cgemm},
+    cgemm::{BatchedGemm, Family, Layout, Op, cgemm, choose_tile},
     fft::twiddles,
 };
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
@@ -36,13 +36,16 @@ pub struct FftGemmShape {
     /// Images x tiles, and pairs of them (the GEMM's columns).
     pub units: u32,
     pub pairs: u32,
+    /// A depthwise layer: one fused launch, no GEMM, no workspace.
+    pub fused: bool,
     /// Bytes of the filters' spectra (held by the plan).
     pub filter_bytes: usize,
     /// Bytes of a run's input spectra; its output spectra follow at the next 256-byte boundary.
     pub input_bytes: usize,
     pub output_bytes: usize,
-    /// A rough time in seconds (DRAM traffic at 4.3 TB/s, the GEMM at 25 TFLOP/s): what
-    /// [`choose`] minimises.
+    /// A rough time in seconds, what [`choose`] minimises: DRAM traffic at 4.3 TB/s, the
+    /// transforms' waves of blocks on an H200's 132 SMs, the GEMM at a rate for the cgemm
+    /// family it gets (see [`gemm_rate`]).
     pub estimate_s: f64,
 }
 
@@ -89,24 +92,56 @@ pub fn shape(conv: &Conv2d, geom: &ConvGeometry, size: &FftGemmSize) -> std::res
     }
     let bins = (t * t) as usize;
     let complex = size_of::<Complex32>();
+    let fused = conv.groups == conv.c && conv.k == conv.c;
     let filter_bytes = bins * conv.k * geom.c_per_group * complex;
-    let (input_bytes, output_bytes) =
-        (bins * pairs as usize * conv.c * complex, bins * pairs as usize * conv.k * complex);
-    let gemm_flops = 8.0 * bins as f64 * (conv.k * geom.c_per_group) as f64 * pairs as f64;
-    let dram = (filter_bytes + 2 * (input_bytes + output_bytes)) as f64 + 4.0 * (geom.x_len + geom.y_len) as f64;
-    let shape = FftGemmShape {
+    let per_bin = bins * pairs as usize * complex;
+    let (input_bytes, output_bytes) = if fused { (0, 0) } else { (per_bin * conv.c, per_bin * conv.k) };
+    let mut shape = FftGemmShape {
         size: *size,
         tile,
         tiles,
         units: units as u32,
         pairs: pairs as u32,
+        fused,
         filter_bytes,
         input_bytes,
         output_bytes,
-        estimate_s: dram / 4.3e12 + gemm_flops / 25e12,
+        estimate_s: 0.0,
     };
-    gemm(conv, geom, &shape).validate().map_err(|e| format!("its per-frequency product: {e}"))?;
+    let dram = (filter_bytes + 2 * (input_bytes + output_bytes)) as f64 + 4.0 * (geom.x_len + geom.y_len) as f64;
+    // A block's transform (forward or inverse) of T² points: about 0.12 ns per point and
+    // radix-2 stage on the H200 (a lone fused block of 120² took 23 µs).
+    let transform_s = 0.12e-9 * bins as f64 * (t as f64).log2();
+    let resident = (228 * 1024 / (size.smem_bytes() + 1024)).clamp(1, 2048 / size.threads) as u64;
+    let waves = |blocks: u64| blocks.div_ceil(MODEL_SMS * resident) as f64;
+    let transforms = if fused {
+        waves(pairs * conv.c as u64) * 2.0 * transform_s
+    } else {
+        (waves(pairs * conv.c as u64) + waves(pairs * conv.k as u64)) * transform_s
+    };
+    let gemm_s = if fused {
+        0.0
+    } else {
+        let g = gemm(conv, geom, &shape);
+        g.validate().map_err(|e| format!("its per-frequency product: {e}"))?;
+        8.0 * bins as f64 * (conv.k * geom.c_per_group) as f64 * pairs as f64 / gemm_rate(&g)
+    };
+    shape.estimate_s = dram / 4.3e12 + transforms + gemm_s;
     Ok(shape)
+}
+
+/// SMs the estimate assumes (an H200's).
+const MODEL_SMS: u64 = 132;
+
+/// FLOP/s the estimate expects of the cgemm on `g`, by the family its heuristic picks
+/// (measured on the H200 at e3e184b: a Large tile ran the 64 x 8 x 64 products at about
+/// 25 TFLOP/s, a Tiled one the 64 x 5 x 64 ones at 3).
+pub fn gemm_rate(g: &BatchedGemm) -> f64 {
+    match choose_tile(g, false).family {
+        Family::Large => 25e12,
+        Family::Whole => 10e12,
+        Family::Tiled | Family::Element => 3e12,
+    }
 }
 
 /// The shape with the smallest estimate whose filter spectra fit `plan_limit` bytes and whose
@@ -303,13 +338,24 @@ impl FftGemmPlan {
         }
         gpu.check_buffer("workspace", workspace)?;
         let (size, shape) = (self.shape.size, &self.shape);
+        let mut p = params(&self.conv, &self.geom, shape);
+        if shape.fused {
+            let (t_ptr, _ts) = self.twiddles.device_ptr(stream);
+            let (s_ptr, _ss) = self.filter_spectra.device_ptr(stream);
+            let (x_ptr, _xs) = x.device_ptr(stream);
+            let (y_ptr, _ys) = y.device_ptr_mut(stream);
+            (p.twiddles, p.filter_spectra, p.x, p.y) = (t_ptr, s_ptr, x_ptr, y_ptr);
+            let cfg = self.launch_config(gpu, size.depthwise_kernel, self.conv.c as u32 * shape.pairs)?;
+            // Safety: x and y hold the shape's tensors (checked above), S the tiling's spectra.
+            unsafe { gpu.launch(stream, size.depthwise_kernel, cfg, p) }?;
+            return gpu.check_deferred();
+        }
         let complex = size_of::<Complex32>();
         let (mut z_bytes, mut y_bytes) = workspace.split_at_mut(shape.output_offset());
         // Safety: a Complex32 is two f32, any bits valid; the views are within the workspace.
         let mut z = unsafe { z_bytes.transmute_mut::<Complex32>(shape.input_bytes / complex) }.expect("sized above");
         let mut yspec =
             unsafe { y_bytes.transmute_mut::<Complex32>(shape.output_bytes / complex) }.expect("sized above");
-        let mut p = params(&self.conv, &self.geom, shape);
         {
             let (t_ptr, _ts) = self.twiddles.device_ptr(stream);
             let (x_ptr, _xs) = x.device_ptr(stream);

@@ -12,6 +12,9 @@
 //! - [`verify`], [`random`], [`timing`]: the f64 reference and error bound, the random
 //!   fill and the timing gate that `convkit check` and `convkit bench` run on the GPU.
 #![no_std]
+// Phase bodies are closures run by `Block::for_each`: they must inline (a call keeps register
+// arrays and the parameter struct in local memory), which only an attribute guarantees.
+#![feature(stmt_expr_attributes)]
 #![cfg_attr(
     target_arch = "nvptx64",
     feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, core_intrinsics),

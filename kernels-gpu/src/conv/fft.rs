@@ -140,43 +140,57 @@ pub fn convolve<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftConv
     let plane =
         |image: u32, h: u32, w: u32| (image as u64 * p.channels as u64 + channel as u64) * (h as u64 * w as u64);
     let (x0, x1) = (plane(first, p.in_h, p.in_w), plane(first + 1, p.in_h, p.in_w));
-    forward_head::<A, B, M>(m, p.in_h, |m, row, col| {
-        if col >= p.in_w {
-            return Complex32::ZERO;
-        }
-        // Within one plane: `Conv2d::geometry` keeps planes below 2^31 elements.
-        let at = (row * p.in_w + col) as u64;
-        let im = if second { m.read_real(x1 + at) } else { 0.0 };
-        Complex32::new(m.read_real(x0 + at), im)
-    });
+    forward_head::<A, B, M>(
+        m,
+        p.in_h,
+        #[inline(always)]
+        |m, row, col| {
+            if col >= p.in_w {
+                return Complex32::ZERO;
+            }
+            // Within one plane: `Conv2d::geometry` keeps planes below 2^31 elements.
+            let at = (row * p.in_w + col) as u64;
+            let im = if second { m.read_real(x1 + at) } else { 0.0 };
+            Complex32::new(m.read_real(x0 + at), im)
+        },
+    );
     // Columns: DFT_A, the product with the spectrum, inverse DFT_A, conjugate twiddle.
     let spectrum = channel as u64 * (n as u64 * n as u64);
-    m.for_each(n * b_len, |m, item| {
-        let (kb, col) = (item / n, item % n);
-        let mut v = load_column_run::<A, B, M>(m, kb, col);
-        dft_reg::<A, false>(&mut v);
-        for ka in 0..A {
-            let at = spectrum + ((ka as u32 + a_len * kb) * n + col) as u64;
-            v[ka] = v[ka] * m.read_complex(at);
-        }
-        dft_reg::<A, true>(&mut v);
-        untwiddle(m, &mut v, kb);
-        store_column_run::<A, B, M>(m, kb, col, &v);
-    });
+    m.for_each(
+        n * b_len,
+        #[inline(always)]
+        |m, item| {
+            let (kb, col) = (item / n, item % n);
+            let mut v = load_column_run::<A, B, M>(m, kb, col);
+            dft_reg::<A, false>(&mut v);
+            for ka in 0..A {
+                let at = spectrum + ((ka as u32 + a_len * kb) * n + col) as u64;
+                v[ka] = v[ka] * m.read_complex(at);
+            }
+            dft_reg::<A, true>(&mut v);
+            untwiddle(m, &mut v, kb);
+            store_column_run::<A, B, M>(m, kb, col, &v);
+        },
+    );
     m.barrier();
-    let out_row = |o: u32| circular_position(o, p.stride_h, p.pad_h, n);
+    let out_row = #[inline(always)]
+    |o: u32| circular_position(o, p.stride_h, p.pad_h, n);
     inverse_tail::<A, B, M>(m, p.out_h, out_row);
     // The cropped, strided output: real part to the first image, imaginary to the second.
     let (y0, y1) = (plane(first, p.out_h, p.out_w), plane(first + 1, p.out_h, p.out_w));
-    m.for_each(p.out_h * p.out_w, |m, item| {
-        let (o, ow) = p.out_w_div.div_rem(item);
-        let v = m.load(slot::<A, B>(out_row(o), circular_position(ow, p.stride_w, p.pad_w, n)));
-        let at = item as u64;
-        m.write_real(y0 + at, v.re);
-        if second {
-            m.write_real(y1 + at, v.im);
-        }
-    });
+    m.for_each(
+        p.out_h * p.out_w,
+        #[inline(always)]
+        |m, item| {
+            let (o, ow) = p.out_w_div.div_rem(item);
+            let v = m.load(slot::<A, B>(out_row(o), circular_position(ow, p.stride_w, p.pad_w, n)));
+            let at = item as u64;
+            m.write_real(y0 + at, v.re);
+            if second {
+                m.write_real(y1 + at, v.im);
+            }
+        },
+    );
 }
 
 /// The block program of the spectrum kernel: block `channel` transforms that channel's
@@ -189,25 +203,34 @@ pub fn spectrum<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftConv
     let n = a_len * b_len;
     let taps = p.filter_r as u64 * p.filter_s as u64;
     let (extent_h, extent_w) = (p.extent_h(), p.extent_w());
-    forward_head::<A, B, M>(m, extent_h, |m, row, col| {
-        let (r, r_off) = p.dil_h.div_rem(row);
-        let (s, s_off) = p.dil_w.div_rem(col);
-        if col >= extent_w || r_off != 0 || s_off != 0 {
-            return Complex32::ZERO;
-        }
-        Complex32::new(m.read_real(channel as u64 * taps + r as u64 * p.filter_s as u64 + s as u64), 0.0)
-    });
+    forward_head::<A, B, M>(
+        m,
+        extent_h,
+        #[inline(always)]
+        |m, row, col| {
+            let (r, r_off) = p.dil_h.div_rem(row);
+            let (s, s_off) = p.dil_w.div_rem(col);
+            if col >= extent_w || r_off != 0 || s_off != 0 {
+                return Complex32::ZERO;
+            }
+            Complex32::new(m.read_real(channel as u64 * taps + r as u64 * p.filter_s as u64 + s as u64), 0.0)
+        },
+    );
     let scale = 1.0 / (n as f32 * n as f32);
     let base = channel as u64 * (n as u64 * n as u64);
-    m.for_each(n * b_len, |m, item| {
-        let (kb, col) = (item / n, item % n);
-        let mut v = load_column_run::<A, B, M>(m, kb, col);
-        dft_reg::<A, false>(&mut v);
-        for ka in 0..A {
-            let at = base + ((ka as u32 + a_len * kb) * n + col) as u64;
-            m.write_complex(at, v[ka].conj().scale(scale));
-        }
-    });
+    m.for_each(
+        n * b_len,
+        #[inline(always)]
+        |m, item| {
+            let (kb, col) = (item / n, item % n);
+            let mut v = load_column_run::<A, B, M>(m, kb, col);
+            dft_reg::<A, false>(&mut v);
+            for ka in 0..A {
+                let at = base + ((ka as u32 + a_len * kb) * n + col) as u64;
+                m.write_complex(at, v[ka].conj().scale(scale));
+            }
+        },
+    );
 }
 
 macro_rules! fftconv_tiles {

@@ -13,6 +13,11 @@
 //!    `T²` frequencies, inverse-transforms them and stores the tile's `V x V` outputs (real part
 //!    to the first unit, imaginary to the second), cropped to the output.
 //!
+//! Depthwise layers (one channel per group) skip the GEMM, whose product is a pointwise one:
+//! one launch (`fftgemm_dw_T`) per (channel, pair of units) does forward transform, product
+//! and inverse transform in shared memory, as `conv/fft.rs` does for whole images; its tiles
+//! give a small batch more blocks than whole images would.
+//!
 //! `S = conj(FFT(filter)) / T²`, in the same bin-major order (`fftgemm_filter_T`, once per
 //! plan), so the product is the cross-correlation and the inverse comes out normalised. Bins
 //! stay digit-reversed (see [`crate::fft::square`]): nobody but these kernels reads them.
@@ -38,6 +43,8 @@ pub struct FftGemmSize {
     pub input_kernel: &'static str,
     pub filter_kernel: &'static str,
     pub output_kernel: &'static str,
+    /// The fused depthwise program's kernel.
+    pub depthwise_kernel: &'static str,
     pub a: u32,
     pub b: u32,
     pub threads: u32,
@@ -159,32 +166,89 @@ fn window_value<M: Block>(m: &mut M, p: &FftGemmParams, unit: &Unit, plane: u64,
     m.read_real(plane + (ih as u32 * p.in_w + iw as u32) as u64)
 }
 
+/// The two units of pair `pair`, and whether the second exists.
+#[inline(always)]
+fn pair_units(p: &FftGemmParams, pair: u32) -> (Unit, Unit, bool) {
+    (p.unit(2 * pair), p.unit(2 * pair + 1), 2 * pair + 1 < p.units)
+}
+
+/// Forward transforms of a pair's windows of `channel` (first unit real, second imaginary),
+/// up to the columns' DFT_A step.
+#[inline(always)]
+fn forward_pair<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftGemmParams, channel: u32, pair: u32) {
+    let (first, second, has_second) = pair_units(p, pair);
+    let plane =
+        |unit: &Unit| (unit.image as u64 * p.channels as u64 + channel as u64) * (p.in_h as u64 * p.in_w as u64);
+    let (plane0, plane1) = (plane(&first), plane(&second));
+    forward_head::<A, B, M>(
+        m,
+        p.window().0.min((A * B) as u32),
+        #[inline(always)]
+        |m, row, col| {
+            let re = window_value(m, p, &first, plane0, row, col);
+            let im = if has_second { window_value(m, p, &second, plane1, row, col) } else { 0.0 };
+            Complex32::new(re, im)
+        },
+    );
+}
+
+/// From the columns' inverse DFT_B step on: the pair's tiles of output channel `k` stored
+/// (real part to the first unit, imaginary to the second), cropped to the output.
+#[inline(always)]
+fn store_pair<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftGemmParams, k: u32, pair: u32) {
+    inverse_tail::<A, B, M>(
+        m,
+        p.tile_h,
+        #[inline(always)]
+        |i| i * p.stride_h,
+    );
+    let (first, second, has_second) = pair_units(p, pair);
+    let plane =
+        |unit: &Unit| (unit.image as u64 * p.out_channels as u64 + k as u64) * (p.out_h as u64 * p.out_w as u64);
+    let (plane0, plane1) = (plane(&first), plane(&second));
+    m.for_each(
+        p.tile_h * p.tile_w,
+        #[inline(always)]
+        |m, item| {
+            let (i, j) = p.tile_w_div.div_rem(item);
+            let v = m.load(slot::<A, B>(i * p.stride_h, j * p.stride_w));
+            let store = #[inline(always)]
+            |m: &mut M, unit: &Unit, plane: u64, value: f32| {
+                let (oh, ow) = (unit.out_h0 + i, unit.out_w0 + j);
+                if oh < p.out_h && ow < p.out_w {
+                    m.write_real(plane + (oh * p.out_w + ow) as u64, value);
+                }
+            };
+            store(m, &first, plane0, v.re);
+            if has_second {
+                store(m, &second, plane1, v.im);
+            }
+        },
+    );
+}
+
 /// Block `block` = (channel, pair of units): the pair's windows of that channel, transformed
 /// and written bin-major to `Z`.
 #[inline(always)]
 pub fn input_spectra<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftGemmParams, block: u32) {
-    let n = (A * B) as u32;
     let (channel, pair) = p.pair_div.div_rem(block);
-    let (first, second) = (p.unit(2 * pair), p.unit(2 * pair + 1));
-    let has_second = 2 * pair + 1 < p.units;
-    let plane =
-        |unit: &Unit| (unit.image as u64 * p.channels as u64 + channel as u64) * (p.in_h as u64 * p.in_w as u64);
-    let (plane0, plane1) = (plane(&first), plane(&second));
-    forward_head::<A, B, M>(m, p.window().0.min(n), |m, row, col| {
-        let re = window_value(m, p, &first, plane0, row, col);
-        let im = if has_second { window_value(m, p, &second, plane1, row, col) } else { 0.0 };
-        Complex32::new(re, im)
-    });
+    forward_pair::<A, B, M>(m, p, channel, pair);
     let (group, c) = p.c_per_group.div_rem(channel);
-    let at = group as u64 * (p.pairs as u64 * p.c_per_group.divisor as u64)
-        + pair as u64 * p.c_per_group.divisor as u64
-        + c as u64;
-    write_bins::<A, B, M>(m, p.bin_sizes().0, at, |v| v);
+    let c_per_group = p.c_per_group.divisor as u64;
+    let at = group as u64 * (p.pairs as u64 * c_per_group) + pair as u64 * c_per_group + c as u64;
+    write_bins::<A, B, M>(
+        m,
+        p.bin_sizes().0,
+        at,
+        #[inline(always)]
+        |v| v,
+    );
 }
 
 /// The columns' last forward step (DFT_A), each frequency written bin-major: `bin · bin_size
 /// + at`, through `f`.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
 fn write_bins<const A: usize, const B: usize, M: Block>(
     m: &mut M,
     bin_size: u64,
@@ -192,15 +256,19 @@ fn write_bins<const A: usize, const B: usize, M: Block>(
     f: impl Fn(Complex32) -> Complex32,
 ) {
     let n = (A * B) as u32;
-    m.for_each(n * B as u32, |m, item| {
-        let (kb, col) = (item / n, item % n);
-        let mut v = load_column_run::<A, B, M>(m, kb, col);
-        dft_reg::<A, false>(&mut v);
-        for (ka, e) in v.iter().enumerate() {
-            let bin = (ka as u32 + A as u32 * kb) * n + col;
-            m.write_complex(bin as u64 * bin_size + at, f(*e));
-        }
-    });
+    m.for_each(
+        n * B as u32,
+        #[inline(always)]
+        |m, item| {
+            let (kb, col) = (item / n, item % n);
+            let mut v = load_column_run::<A, B, M>(m, kb, col);
+            dft_reg::<A, false>(&mut v);
+            for ka in 0..A {
+                let bin = (ka as u32 + A as u32 * kb) * n + col;
+                m.write_complex(bin as u64 * bin_size + at, f(v[ka]));
+            }
+        },
+    );
 }
 
 /// Block `block` = (output channel, channel in its group): that filter, dilated, transformed
@@ -212,18 +280,29 @@ pub fn filter_spectra<const A: usize, const B: usize, M: Block>(m: &mut M, p: &F
     let (k, c) = p.c_per_group.div_rem(block);
     let taps = p.filter_r as u64 * p.filter_s as u64;
     let extent_w = extent(p.filter_s, p.dil_w.divisor);
-    forward_head::<A, B, M>(m, extent(p.filter_r, p.dil_h.divisor), |m, row, col| {
-        let (r, r_off) = p.dil_h.div_rem(row);
-        let (s, s_off) = p.dil_w.div_rem(col);
-        if col >= extent_w || r_off != 0 || s_off != 0 {
-            return Complex32::ZERO;
-        }
-        Complex32::new(m.read_real(block as u64 * taps + r as u64 * p.filter_s as u64 + s as u64), 0.0)
-    });
+    forward_head::<A, B, M>(
+        m,
+        extent(p.filter_r, p.dil_h.divisor),
+        #[inline(always)]
+        |m, row, col| {
+            let (r, r_off) = p.dil_h.div_rem(row);
+            let (s, s_off) = p.dil_w.div_rem(col);
+            if col >= extent_w || r_off != 0 || s_off != 0 {
+                return Complex32::ZERO;
+            }
+            Complex32::new(m.read_real(block as u64 * taps + r as u64 * p.filter_s as u64 + s as u64), 0.0)
+        },
+    );
     let scale = 1.0 / (n as f32 * n as f32);
     let bin_size = p.out_channels as u64 * c_per_group as u64;
     let at = k as u64 * c_per_group as u64 + c as u64;
-    write_bins::<A, B, M>(m, bin_size, at, |v| v.conj().scale(scale));
+    write_bins::<A, B, M>(
+        m,
+        bin_size,
+        at,
+        #[inline(always)]
+        |v| v.conj().scale(scale),
+    );
 }
 
 /// Block `block` = (output channel, pair of units): the pair's frequencies gathered from `Y`,
@@ -237,38 +316,53 @@ pub fn output_tiles<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft
     let k_per_group = p.k_per_group.divisor as u64;
     let at = group as u64 * (p.pairs as u64 * k_per_group) + pair as u64 * k_per_group + kg as u64;
     let bin_size = p.bin_sizes().1;
-    m.for_each(n * B as u32, |m, item| {
-        let (kb, col) = (item / n, item % n);
-        let mut v = [Complex32::ZERO; A];
-        for ka in 0..A {
-            let bin = (ka as u32 + A as u32 * kb) * n + col;
-            v[ka] = m.read_complex(bin as u64 * bin_size + at);
-        }
-        dft_reg::<A, true>(&mut v);
-        untwiddle(m, &mut v, kb);
-        store_column_run::<A, B, M>(m, kb, col, &v);
-    });
-    m.barrier();
-    inverse_tail::<A, B, M>(m, p.tile_h, |i| i * p.stride_h);
-    let (first, second) = (p.unit(2 * pair), p.unit(2 * pair + 1));
-    let has_second = 2 * pair + 1 < p.units;
-    let plane =
-        |unit: &Unit| (unit.image as u64 * p.out_channels as u64 + k as u64) * (p.out_h as u64 * p.out_w as u64);
-    let (plane0, plane1) = (plane(&first), plane(&second));
-    m.for_each(p.tile_h * p.tile_w, |m, item| {
-        let (i, j) = p.tile_w_div.div_rem(item);
-        let v = m.load(slot::<A, B>(i * p.stride_h, j * p.stride_w));
-        let store = |m: &mut M, unit: &Unit, plane: u64, value: f32| {
-            let (oh, ow) = (unit.out_h0 + i, unit.out_w0 + j);
-            if oh < p.out_h && ow < p.out_w {
-                m.write_real(plane + (oh * p.out_w + ow) as u64, value);
+    m.for_each(
+        n * B as u32,
+        #[inline(always)]
+        |m, item| {
+            let (kb, col) = (item / n, item % n);
+            let mut v = [Complex32::ZERO; A];
+            for ka in 0..A {
+                let bin = (ka as u32 + A as u32 * kb) * n + col;
+                v[ka] = m.read_complex(bin as u64 * bin_size + at);
             }
-        };
-        store(m, &first, plane0, v.re);
-        if has_second {
-            store(m, &second, plane1, v.im);
-        }
-    });
+            dft_reg::<A, true>(&mut v);
+            untwiddle(m, &mut v, kb);
+            store_column_run::<A, B, M>(m, kb, col, &v);
+        },
+    );
+    m.barrier();
+    store_pair::<A, B, M>(m, p, k, pair);
+}
+
+/// Block `block` = (channel, pair of units) of a depthwise layer: forward transforms, the
+/// product with the channel's spectrum `S[bin][channel]`, inverse transforms and the tiles'
+/// outputs, in one block.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
+pub fn fused_depthwise<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftGemmParams, block: u32) {
+    let n = (A * B) as u32;
+    let (channel, pair) = p.pair_div.div_rem(block);
+    forward_pair::<A, B, M>(m, p, channel, pair);
+    let channels = p.channels as u64;
+    m.for_each(
+        n * B as u32,
+        #[inline(always)]
+        |m, item| {
+            let (kb, col) = (item / n, item % n);
+            let mut v = load_column_run::<A, B, M>(m, kb, col);
+            dft_reg::<A, false>(&mut v);
+            for ka in 0..A {
+                let bin = (ka as u32 + A as u32 * kb) * n + col;
+                v[ka] = v[ka] * m.read_complex(bin as u64 * channels + channel as u64);
+            }
+            dft_reg::<A, true>(&mut v);
+            untwiddle(m, &mut v, kb);
+            store_column_run::<A, B, M>(m, kb, col, &v);
+        },
+    );
+    m.barrier();
+    store_pair::<A, B, M>(m, p, channel, pair);
 }
 
 macro_rules! fft_gemm_sizes {
@@ -279,6 +373,7 @@ macro_rules! fft_gemm_sizes {
             input_kernel: concat!("fftgemm_input_", stringify!($n)),
             filter_kernel: concat!("fftgemm_filter_", stringify!($n)),
             output_kernel: concat!("fftgemm_output_", stringify!($n)),
+            depthwise_kernel: concat!("fftgemm_dw_", stringify!($n)),
             a: $a,
             b: $b,
             threads: $threads,
@@ -300,6 +395,12 @@ macro_rules! fft_gemm_sizes {
                     pub unsafe extern "ptx-kernel" fn filter(p: FftGemmParams) {
                         let mut m = GpuBlock::new(p.twiddles, p.w, 0, 0, p.filter_spectra);
                         super::filter_spectra::<$a, $b, _>(&mut m, &p, block_idx_x());
+                    }
+
+                    #[unsafe(export_name = concat!("fftgemm_dw_", stringify!($n)))]
+                    pub unsafe extern "ptx-kernel" fn depthwise(p: FftGemmParams) {
+                        let mut m = GpuBlock::new(p.twiddles, p.x, p.filter_spectra, p.y, 0);
+                        super::fused_depthwise::<$a, $b, _>(&mut m, &p, block_idx_x());
                     }
 
                     #[unsafe(export_name = concat!("fftgemm_output_", stringify!($n)))]

@@ -67,51 +67,63 @@ pub fn forward_head<const A: usize, const B: usize, M: Block>(
     let (a_len, b_len) = (A as u32, B as u32);
     let n = a_len * b_len;
     // Rows: DFT_B over the strided elements, twiddle.
-    m.for_each(n * a_len, |m, item| {
-        let (row, a) = (item / a_len, item % a_len);
-        let mut v = [Complex32::ZERO; B];
-        if row < rows_in {
-            for b in 0..B {
-                v[b] = value(m, row, a + a_len * b as u32);
+    m.for_each(
+        n * a_len,
+        #[inline(always)]
+        |m, item| {
+            let (row, a) = (item / a_len, item % a_len);
+            let mut v = [Complex32::ZERO; B];
+            if row < rows_in {
+                for b in 0..B {
+                    v[b] = value(m, row, a + a_len * b as u32);
+                }
+                dft_reg::<B, false>(&mut v);
+                for kb in 1..B {
+                    v[kb] = v[kb] * m.twiddle(a * kb as u32);
+                }
             }
-            dft_reg::<B, false>(&mut v);
-            for kb in 1..B {
-                v[kb] = v[kb] * m.twiddle(a * kb as u32);
+            for kb in 0..B {
+                m.store(slot::<A, B>(row, a + a_len * kb as u32), v[kb]);
             }
-        }
-        for kb in 0..B {
-            m.store(slot::<A, B>(row, a + a_len * kb as u32), v[kb]);
-        }
-    });
+        },
+    );
     m.barrier();
     // Rows: DFT_A over contiguous runs (rows past rows_in are zero and stay so).
-    m.for_each(rows_in * b_len, |m, item| {
-        let (row, kb) = (item / b_len, item % b_len);
-        let mut v = [Complex32::ZERO; A];
-        for a in 0..A {
-            v[a] = m.load(slot::<A, B>(row, a as u32 + a_len * kb));
-        }
-        dft_reg::<A, false>(&mut v);
-        for a in 0..A {
-            m.store(slot::<A, B>(row, a as u32 + a_len * kb), v[a]);
-        }
-    });
+    m.for_each(
+        rows_in * b_len,
+        #[inline(always)]
+        |m, item| {
+            let (row, kb) = (item / b_len, item % b_len);
+            let mut v = [Complex32::ZERO; A];
+            for a in 0..A {
+                v[a] = m.load(slot::<A, B>(row, a as u32 + a_len * kb));
+            }
+            dft_reg::<A, false>(&mut v);
+            for a in 0..A {
+                m.store(slot::<A, B>(row, a as u32 + a_len * kb), v[a]);
+            }
+        },
+    );
     m.barrier();
     // Columns: DFT_B, twiddle.
-    m.for_each(n * a_len, |m, item| {
-        let (a, col) = (item / n, item % n);
-        let mut v = [Complex32::ZERO; B];
-        for b in 0..B {
-            v[b] = m.load(slot::<A, B>(a + a_len * b as u32, col));
-        }
-        dft_reg::<B, false>(&mut v);
-        for kb in 0..B {
-            if kb > 0 {
-                v[kb] = v[kb] * m.twiddle(a * kb as u32);
+    m.for_each(
+        n * a_len,
+        #[inline(always)]
+        |m, item| {
+            let (a, col) = (item / n, item % n);
+            let mut v = [Complex32::ZERO; B];
+            for b in 0..B {
+                v[b] = m.load(slot::<A, B>(a + a_len * b as u32, col));
             }
-            m.store(slot::<A, B>(a + a_len * kb as u32, col), v[kb]);
-        }
-    });
+            dft_reg::<B, false>(&mut v);
+            for kb in 0..B {
+                if kb > 0 {
+                    v[kb] = v[kb] * m.twiddle(a * kb as u32);
+                }
+                m.store(slot::<A, B>(a + a_len * kb as u32, col), v[kb]);
+            }
+        },
+    );
     m.barrier();
 }
 
@@ -136,9 +148,10 @@ pub fn store_column_run<const A: usize, const B: usize, M: Block>(m: &mut M, kb:
 
 /// The inverse's twiddles after its DFT_A step: `v[a] *= conj(W_N^{a·kb})`.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
 pub fn untwiddle<const A: usize, M: Block>(m: &mut M, v: &mut [Complex32; A], kb: u32) {
-    for (a, e) in v.iter_mut().enumerate().skip(1) {
-        *e = *e * m.twiddle(a as u32 * kb).conj();
+    for a in 1..A {
+        v[a] = v[a] * m.twiddle(a as u32 * kb).conj();
     }
 }
 
@@ -151,46 +164,58 @@ pub fn inverse_tail<const A: usize, const B: usize, M: Block>(m: &mut M, rows: u
     let (a_len, b_len) = (A as u32, B as u32);
     let n = a_len * b_len;
     // Columns: inverse DFT_B.
-    m.for_each(n * a_len, |m, item| {
-        let (a, col) = (item / n, item % n);
-        let mut v = [Complex32::ZERO; B];
-        for kb in 0..B {
-            v[kb] = m.load(slot::<A, B>(a + a_len * kb as u32, col));
-        }
-        dft_reg::<B, true>(&mut v);
-        for b in 0..B {
-            m.store(slot::<A, B>(a + a_len * b as u32, col), v[b]);
-        }
-    });
+    m.for_each(
+        n * a_len,
+        #[inline(always)]
+        |m, item| {
+            let (a, col) = (item / n, item % n);
+            let mut v = [Complex32::ZERO; B];
+            for kb in 0..B {
+                v[kb] = m.load(slot::<A, B>(a + a_len * kb as u32, col));
+            }
+            dft_reg::<B, true>(&mut v);
+            for b in 0..B {
+                m.store(slot::<A, B>(a + a_len * b as u32, col), v[b]);
+            }
+        },
+    );
     m.barrier();
     // Rows: inverse DFT_A, conjugate twiddle.
-    m.for_each(rows * b_len, |m, item| {
-        let (i, kb) = (item / b_len, item % b_len);
-        let row = row_of(i);
-        let mut v = [Complex32::ZERO; A];
-        for ka in 0..A {
-            v[ka] = m.load(slot::<A, B>(row, ka as u32 + a_len * kb));
-        }
-        dft_reg::<A, true>(&mut v);
-        untwiddle(m, &mut v, kb);
-        for a in 0..A {
-            m.store(slot::<A, B>(row, a as u32 + a_len * kb), v[a]);
-        }
-    });
+    m.for_each(
+        rows * b_len,
+        #[inline(always)]
+        |m, item| {
+            let (i, kb) = (item / b_len, item % b_len);
+            let row = row_of(i);
+            let mut v = [Complex32::ZERO; A];
+            for ka in 0..A {
+                v[ka] = m.load(slot::<A, B>(row, ka as u32 + a_len * kb));
+            }
+            dft_reg::<A, true>(&mut v);
+            untwiddle(m, &mut v, kb);
+            for a in 0..A {
+                m.store(slot::<A, B>(row, a as u32 + a_len * kb), v[a]);
+            }
+        },
+    );
     m.barrier();
     // Rows: inverse DFT_B.
-    m.for_each(rows * a_len, |m, item| {
-        let (i, a) = (item / a_len, item % a_len);
-        let row = row_of(i);
-        let mut v = [Complex32::ZERO; B];
-        for kb in 0..B {
-            v[kb] = m.load(slot::<A, B>(row, a + a_len * kb as u32));
-        }
-        dft_reg::<B, true>(&mut v);
-        for b in 0..B {
-            m.store(slot::<A, B>(row, a + a_len * b as u32), v[b]);
-        }
-    });
+    m.for_each(
+        rows * a_len,
+        #[inline(always)]
+        |m, item| {
+            let (i, a) = (item / a_len, item % a_len);
+            let row = row_of(i);
+            let mut v = [Complex32::ZERO; B];
+            for kb in 0..B {
+                v[kb] = m.load(slot::<A, B>(row, a + a_len * kb as u32));
+            }
+            dft_reg::<B, true>(&mut v);
+            for b in 0..B {
+                m.store(slot::<A, B>(row, a + a_len * b as u32), v[b]);
+            }
+        },
+    );
     m.barrier();
 }
 
@@ -231,6 +256,7 @@ pub struct Fft2dParams {
 
 /// The block program of the standalone 2D FFT: image `image`, forward or inverse.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
 pub fn fft2d<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dParams, image: u32) {
     let (a_len, b_len) = (A as u32, B as u32);
     let n = a_len * b_len;
@@ -239,35 +265,57 @@ pub fn fft2d<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dParam
     // that the global loads and stores it fuses (the reordering to and from natural order)
     // are coalesced.
     if p.inverse == 0 {
-        forward_head::<A, B, M>(m, n, |m, row, col| m.read_complex(base + (row * n + col) as u64));
-        m.for_each(n * b_len, |m, item| {
-            let (kb, col) = (item / n, item % n);
-            let mut v = load_column_run::<A, B, M>(m, kb, position::<A, B>(col));
-            dft_reg::<A, false>(&mut v);
-            for (ka, e) in v.iter().enumerate() {
-                let row = kb + b_len * ka as u32;
-                m.write_complex(base + (row * n + col) as u64, e.scale(p.scale));
-            }
-        });
+        forward_head::<A, B, M>(
+            m,
+            n,
+            #[inline(always)]
+            |m, row, col| m.read_complex(base + (row * n + col) as u64),
+        );
+        m.for_each(
+            n * b_len,
+            #[inline(always)]
+            |m, item| {
+                let (kb, col) = (item / n, item % n);
+                let mut v = load_column_run::<A, B, M>(m, kb, position::<A, B>(col));
+                dft_reg::<A, false>(&mut v);
+                for ka in 0..A {
+                    let row = kb + b_len * ka as u32;
+                    m.write_complex(base + (row * n + col) as u64, v[ka].scale(p.scale));
+                }
+            },
+        );
     } else {
-        m.for_each(n * b_len, |m, item| {
-            let (kb, col) = (item / n, item % n);
-            let mut v = [Complex32::ZERO; A];
-            for (ka, e) in v.iter_mut().enumerate() {
-                let row = kb + b_len * ka as u32;
-                *e = m.read_complex(base + (row * n + col) as u64);
-            }
-            dft_reg::<A, true>(&mut v);
-            untwiddle(m, &mut v, kb);
-            store_column_run::<A, B, M>(m, kb, position::<A, B>(col), &v);
-        });
+        m.for_each(
+            n * b_len,
+            #[inline(always)]
+            |m, item| {
+                let (kb, col) = (item / n, item % n);
+                let mut v = [Complex32::ZERO; A];
+                for ka in 0..A {
+                    let row = kb + b_len * ka as u32;
+                    v[ka] = m.read_complex(base + (row * n + col) as u64);
+                }
+                dft_reg::<A, true>(&mut v);
+                untwiddle(m, &mut v, kb);
+                store_column_run::<A, B, M>(m, kb, position::<A, B>(col), &v);
+            },
+        );
         m.barrier();
-        inverse_tail::<A, B, M>(m, n, |row| row);
-        m.for_each(n * n, |m, item| {
-            let (row, col) = (item / n, item % n);
-            let v = m.load(slot::<A, B>(row, col));
-            m.write_complex(base + item as u64, v.scale(p.scale));
-        });
+        inverse_tail::<A, B, M>(
+            m,
+            n,
+            #[inline(always)]
+            |row| row,
+        );
+        m.for_each(
+            n * n,
+            #[inline(always)]
+            |m, item| {
+                let (row, col) = (item / n, item % n);
+                let v = m.load(slot::<A, B>(row, col));
+                m.write_complex(base + item as u64, v.scale(p.scale));
+            },
+        );
     }
 }
 
