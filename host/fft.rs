@@ -11,7 +11,7 @@ use kernels_gpu::{
     complex::Complex32,
     fft::{
         FFT_KERNEL, FFT_THREADS, FftParams, FftPass, passes,
-        square::{FFT2D_SIZES, Fft2dParams, Fft2dSize},
+        square::{FFT2D_SIZES, Fft2dParams, Fft2dSize, half_columns},
     },
 };
 
@@ -217,12 +217,64 @@ impl Fft2dPlan {
         input: &impl DevicePtr<Complex32>,
         output: &mut impl DevicePtrMut<Complex32>,
     ) -> Result<()> {
+        let n = self.size.side() as usize;
+        let inverse = (direction == Direction::Inverse) as u32;
+        self.launch(gpu, stream, self.size.name, images, [n * n, n * n], inverse, scale, input, output)
+    }
+
+    /// Real-to-complex: the `images` real `n x n` images of `input` into their half spectra
+    /// (`n x (n/2 + 1)` each, cuFFT's layout) in `output`, times `scale`.
+    pub fn execute_r2c(
+        &self,
+        gpu: &Gpu,
+        stream: &CudaStream,
+        scale: f32,
+        images: usize,
+        input: &impl DevicePtr<f32>,
+        output: &mut impl DevicePtrMut<Complex32>,
+    ) -> Result<()> {
+        let n = self.size.side() as usize;
+        let half = half_columns(n as u32) as usize;
+        self.launch(gpu, stream, self.size.r2c_kernel, images, [n * n, n * half], 0, scale, input, output)
+    }
+
+    /// Complex-to-real: the half spectra of `input` back to real images (unnormalised: times
+    /// `scale`, e.g. `1 / n²`). Each spectrum's missing half is taken as the conjugate mirror of
+    /// the half given.
+    pub fn execute_c2r(
+        &self,
+        gpu: &Gpu,
+        stream: &CudaStream,
+        scale: f32,
+        images: usize,
+        input: &impl DevicePtr<Complex32>,
+        output: &mut impl DevicePtrMut<f32>,
+    ) -> Result<()> {
+        let n = self.size.side() as usize;
+        let half = half_columns(n as u32) as usize;
+        self.launch(gpu, stream, self.size.c2r_kernel, images, [n * half, n * n], 1, scale, input, output)
+    }
+
+    /// One launch of `kernel`: `per_image` elements of input and of output per image.
+    #[allow(clippy::too_many_arguments)]
+    fn launch<I, O>(
+        &self,
+        gpu: &Gpu,
+        stream: &CudaStream,
+        kernel: &'static str,
+        images: usize,
+        per_image: [usize; 2],
+        inverse: u32,
+        scale: f32,
+        input: &impl DevicePtr<I>,
+        output: &mut impl DevicePtrMut<O>,
+    ) -> Result<()> {
         if images == 0 || images > i32::MAX as usize {
             return Err(Error::invalid("images", format!("= {images} is not in 1..=2^31-1")));
         }
-        let n = self.size.side() as usize;
-        let needed = images.checked_mul(n * n).ok_or_else(|| Error::invalid("images", "overflows the buffer size"))?;
-        for (buffer, got) in [("input", input.len()), ("output", output.len())] {
+        for ((buffer, got), per) in [("input", input.len()), ("output", output.len())].into_iter().zip(per_image) {
+            let needed =
+                images.checked_mul(per).ok_or_else(|| Error::invalid("images", "overflows the buffer size"))?;
             if got != needed {
                 return Err(Error::BufferSize { buffer, expected: needed, got });
             }
@@ -230,20 +282,22 @@ impl Fft2dPlan {
         for (what, buffer_stream) in [("input", input.stream()), ("output", output.stream())] {
             gpu.check_stream(buffer_stream).map_err(|_| Error::ForeignContext { what: format!("buffer `{what}`") })?;
         }
-        let threads = gpu.block_threads(self.size.name, self.size.threads, images as u64)?;
+        // The real kernels take a pair of images per block.
+        let blocks = if kernel == self.size.name { images } else { images.div_ceil(2) };
+        let threads = gpu.block_threads(kernel, self.size.threads, blocks as u64)?;
         {
             let (twiddles, _t) = self.twiddles.device_ptr(stream);
             let (input, _i) = input.device_ptr(stream);
             let (output, _o) = output.device_ptr_mut(stream);
-            let inverse = (direction == Direction::Inverse) as u32;
             let p = Fft2dParams { input, output, twiddles, images: images as u32, inverse, scale, _pad: 0 };
             let cfg = LaunchConfig {
-                grid_dim: (p.images, 1, 1),
+                grid_dim: (blocks as u32, 1, 1),
                 block_dim: (threads, 1, 1),
                 shared_mem_bytes: self.size.smem_bytes(),
             };
-            // Safety: both buffers hold exactly `images` images of n x n; the twiddles are n.
-            unsafe { gpu.launch(stream, self.size.name, cfg, p) }?;
+            // Safety: both buffers hold exactly `images` images of their kind (checked above);
+            // the twiddles are n.
+            unsafe { gpu.launch(stream, kernel, cfg, p) }?;
         }
         gpu.check_deferred()
     }

@@ -13,7 +13,7 @@ use kernels_gpu::{
     cgemm::Complex32,
     fft::{
         dft, passes,
-        square::{FFT2D_SIZES, Fft2dParams, Fft2dSize, fft2d},
+        square::{FFT2D_SIZES, Fft2dParams, Fft2dSize, fft2d, fft2d_c2r, fft2d_r2c, half_columns},
     },
 };
 
@@ -217,4 +217,69 @@ fn the_2d_transforms_match_an_f64_dft_and_invert() {
         assert!(err <= 1e-6, "{}: round trip relative L2 error {err:e}", size.name);
     }
     println!("worst relative L2 error of the forward 2D transforms: {worst:e}");
+}
+
+/// The real transforms' block programs for `size` on the CPU: real-to-complex of the real
+/// `images` (`r2c`), or complex-to-real of the half `spectra`.
+fn emulate_real(
+    size: &Fft2dSize,
+    images: usize,
+    real: &[f32],
+    spectra: &[Complex32],
+    r2c: bool,
+) -> (Vec<f32>, Vec<Complex32>) {
+    let n = size.side() as usize;
+    let half = half_columns(n as u32) as usize;
+    let table = twiddles(n);
+    let (mut real_out, mut complex_out) = if r2c {
+        (Vec::new(), vec![Complex32::new(f32::NAN, f32::NAN); images * n * half])
+    } else {
+        (vec![f32::NAN; images * n * n], Vec::new())
+    };
+    let mut written = vec![false; real_out.len().max(complex_out.len())];
+    let p = Fft2dParams { input: 0, output: 0, twiddles: 0, images: images as u32, inverse: 0, scale: 1.0, _pad: 0 };
+    for pair in 0..images.div_ceil(2) as u32 {
+        let mut m = CpuBlock::new(size.smem_bytes() as usize / size_of::<Complex32>(), &table, &mut written);
+        (m.real_in, m.complex_in, m.real_out, m.complex_out) = (real, spectra, &mut real_out, &mut complex_out);
+        macro_rules! dispatch {
+            ($(($n:literal, $a:literal, $b:literal, $threads:literal)),* $(,)?) => {
+                match (size.a, size.b) {
+                    $(($a, $b) => if r2c { fft2d_r2c::<$a, $b, _>(&mut m, &p, pair) } else { fft2d_c2r::<$a, $b, _>(&mut m, &p, pair) },)*
+                    (a, b) => panic!("no square size {a} x {b}"),
+                }
+            };
+        }
+        kernels_gpu::square_sizes!(dispatch);
+    }
+    assert!(written.iter().all(|&w| w), "{}: an output was never written", size.name);
+    (real_out, complex_out)
+}
+
+#[test]
+fn the_real_2d_transforms_match_an_f64_dft_and_invert() {
+    let mut worst: f64 = 0.0;
+    for (i, size) in FFT2D_SIZES.iter().enumerate() {
+        let n = size.side() as usize;
+        let half = half_columns(n as u32) as usize;
+        // An odd count: the last pair has one image.
+        let images = 3;
+        let x = host_uniform(900 + i as u64, images * n * n);
+        let (_, spectra) = emulate_real(size, images, &x, &[], true);
+        for image in 0..images {
+            let complex: Vec<Complex32> = x[image * n * n..][..n * n].iter().map(|&v| Complex32::new(v, 0.0)).collect();
+            let full = dft2d_f64(&complex, n);
+            let exact: Vec<(f64, f64)> =
+                (0..n).flat_map(|r| (0..half).map(move |c| (r, c))).map(|(r, c)| full[r * n + c]).collect();
+            let err = rel_l2(&spectra[image * n * half..][..n * half], &exact);
+            assert!(err <= 1e-6, "{} image {image}: real-to-complex relative L2 error {err:e}", size.name);
+            worst = worst.max(err);
+        }
+        let (back, _) = emulate_real(size, images, &[], &spectra, false);
+        let scale = 1.0 / (n * n) as f64;
+        let back: Vec<Complex32> = back.iter().map(|&v| Complex32::new((v as f64 * scale) as f32, 0.0)).collect();
+        let exact: Vec<(f64, f64)> = x.iter().map(|&v| (v as f64, 0.0)).collect();
+        let err = rel_l2(&back, &exact);
+        assert!(err <= 1e-6, "{}: real round trip relative L2 error {err:e}", size.name);
+    }
+    println!("worst relative L2 error of the real-to-complex transforms: {worst:e}");
 }

@@ -495,12 +495,12 @@ fn fft_convolution_matches_the_reference_writes_only_its_output_and_follows_new_
 fn fft2d_matches_an_f64_dft_and_cufft_at_every_size() {
     use convkit::{
         fft::{Direction, Fft2dPlan, fft2d_sizes},
-        harness::fft::{FftCase, check_case},
+        harness::fft::{FftCase, FftKind, check_case},
     };
     let gpu = gpu();
     for (i, size) in fft2d_sizes().iter().enumerate() {
-        for direction in [Direction::Forward, Direction::Inverse] {
-            let case = FftCase { n: size.side() as usize, images: 3, direction };
+        for kind in FftKind::ALL {
+            let case = FftCase { n: size.side() as usize, images: 3, kind };
             let [ours, cufft, between] = check_case(&gpu, &case, 0xf2d + i as u64).unwrap();
             assert!(ours <= 1e-6, "{}: relative L2 error {ours:e} against the f64 DFT", case.label());
             assert!(cufft <= 1e-6 && between <= 2e-6, "{}: cuFFT {cufft:e}, ours vs cuFFT {between:e}", case.label());
@@ -514,6 +514,11 @@ fn fft2d_matches_an_f64_dft_and_cufft_at_every_size() {
     assert!(matches!(r, Err(Error::BufferSize { buffer: "output", .. })), "{r:?}");
     let r = plan.execute(&gpu, gpu.stream(), Direction::Forward, 1.0, 0, &input, &mut output);
     assert!(matches!(r, Err(Error::InvalidShape { field: "images", .. })), "{r:?}");
+    // Real transforms: 2 real 12 x 12 images have 2 x 12 x 7 half-spectrum values.
+    let real = gpu.alloc::<f32>(2 * 144).unwrap();
+    let mut half = gpu.alloc::<Complex32>(2 * 12 * 7 + 1).unwrap();
+    let r = plan.execute_r2c(&gpu, gpu.stream(), 1.0, 2, &real, &mut half);
+    assert!(matches!(r, Err(Error::BufferSize { buffer: "output", expected: 168, .. })), "{r:?}");
 }
 
 #[test]

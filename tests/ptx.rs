@@ -26,7 +26,9 @@ use std::{collections::BTreeMap, path::PathBuf, process::Command};
 fn kernels() -> Vec<(&'static str, usize)> {
     let mut all: Vec<_> = DIRECT_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DirectFwdParams>())).collect();
     all.extend(CGEMM_TILES.iter().map(|t| (t.name, size_of::<CgemmParams>())));
-    all.extend(FFT2D_SIZES.iter().map(|s| (s.name, size_of::<Fft2dParams>())));
+    for size in FFT2D_SIZES {
+        all.extend([size.name, size.r2c_kernel, size.c2r_kernel].map(|name| (name, size_of::<Fft2dParams>())));
+    }
     for size in FFT_GEMM_SIZES {
         let kernels = [size.input_kernel, size.filter_kernel, size.output_kernel, size.depthwise_kernel];
         all.extend(kernels.map(|name| (name, size_of::<FftGemmParams>())));

@@ -6,13 +6,13 @@ use convkit::{
     cgemm::{CGEMM_TILES, CgemmTile},
     conv::cudnn::{MathClass, engines::ALL_HEURISTICS},
     direct,
-    fft::{Direction, fft2d_sizes},
+    fft::fft2d_sizes,
     harness::{
         bench::{Bench, BenchOptions, Candidate, LayerResult, Source},
         cgemm::{self as cgemm_harness, CGEMM_SYNTAX, CgemmCase, CgemmCheck, CgemmRow},
         check::{self, Case, CaseResult, Checker},
         cublas::{Cublas, CublasLtPlan},
-        fft::{self as fft_harness, FftCase, FftRow},
+        fft::{self as fft_harness, FftCase, FftKind, FftRow},
         report::RunInfo,
         suites::{self, SUITES},
         timing::GpuQueue,
@@ -120,7 +120,7 @@ enum BenchFamily {
 
 #[derive(Args)]
 struct FftCheckArgs {
-    /// A batch to check, `NxIMAGES` (repeatable), e.g. 72x2048; both directions each.
+    /// A batch to check, `NxIMAGES` (repeatable), e.g. 72x2048; every kind of transform each.
     #[arg(long = "case", value_name = "NxIMAGES", value_parser = parse_fft_case)]
     cases: Vec<(usize, usize)>,
     /// Seed of the random inputs (default: from the clock, printed).
@@ -130,7 +130,7 @@ struct FftCheckArgs {
 
 #[derive(Args)]
 struct FftBenchArgs {
-    /// A batch to time, `NxIMAGES` (repeatable), e.g. 72x2048; both directions each.
+    /// A batch to time, `NxIMAGES` (repeatable), e.g. 72x2048; every kind of transform each.
     #[arg(long = "case", value_name = "NxIMAGES", value_parser = parse_fft_case)]
     cases: Vec<(usize, usize)>,
     #[command(flatten)]
@@ -167,14 +167,10 @@ fn parse_fft_case(spec: &str) -> Result<(usize, usize), String> {
     fft_harness::parse_case(spec).map_err(|e| e.to_string())
 }
 
-/// Both directions of each `(n, images)`.
+/// Every kind of transform (forward, inverse, real-to-complex, complex-to-real) of each
+/// `(n, images)`.
 fn fft_cases(pairs: &[(usize, usize)]) -> Vec<FftCase> {
-    pairs
-        .iter()
-        .flat_map(|&(n, images)| {
-            [Direction::Forward, Direction::Inverse].map(|direction| FftCase { n, images, direction })
-        })
-        .collect()
+    pairs.iter().flat_map(|&(n, images)| FftKind::ALL.map(|kind| FftCase { n, images, kind })).collect()
 }
 
 #[derive(Args)]
@@ -857,7 +853,7 @@ fn run_bench_fft(device: usize, args: &FftBenchArgs) -> Result<ExitCode, Error> 
         println!("{line}");
     }
     println!(
-        "cuFFT: a batched C2C plan (cufftPlanMany, rank 2) of the same images; timing: host-free, {} warm-up, {} rounds x {} \
+        "cuFFT: a batched plan of the same kind (cufftPlanMany, rank 2: C2C, R2C, C2R) and images; timing: host-free, {} warm-up, {} rounds x {} \
          launches, interleaved; median (p10-p90) ms; inputs rotated over >= {} MB; errors: relative L2 against an f64 DFT \
          of the first images",
         schedule.warmup,

@@ -219,10 +219,48 @@ pub fn inverse_tail<const A: usize, const B: usize, M: Block>(m: &mut M, rows: u
     m.barrier();
 }
 
+/// A whole inverse transform of the spectrum `value(row, col)` (natural order), its columns'
+/// first step fused with the loads (items go by natural column, so they are coalesced); ends
+/// with a barrier, the result in natural order in the slots.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
+pub fn inverse_from_natural<const A: usize, const B: usize, M: Block>(
+    m: &mut M,
+    value: impl Fn(&mut M, u32, u32) -> Complex32,
+) {
+    let (a_len, b_len) = (A as u32, B as u32);
+    let n = a_len * b_len;
+    m.for_each(
+        n * b_len,
+        #[inline(always)]
+        |m, item| {
+            let (kb, col) = (item / n, item % n);
+            let mut v = [Complex32::ZERO; A];
+            for ka in 0..A {
+                v[ka] = value(m, kb + b_len * ka as u32, col);
+            }
+            dft_reg::<A, true>(&mut v);
+            untwiddle(m, &mut v, kb);
+            store_column_run::<A, B, M>(m, kb, position::<A, B>(col), &v);
+        },
+    );
+    m.barrier();
+    inverse_tail::<A, B, M>(
+        m,
+        n,
+        #[inline(always)]
+        |row| row,
+    );
+}
+
 /// One transform size of the standalone 2D FFT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fft2dSize {
+    /// The complex-to-complex kernel.
     pub name: &'static str,
+    /// The real-to-complex (forward) and complex-to-real (inverse) kernels.
+    pub r2c_kernel: &'static str,
+    pub c2r_kernel: &'static str,
     pub a: u32,
     pub b: u32,
     pub threads: u32,
@@ -238,8 +276,10 @@ impl Fft2dSize {
     }
 }
 
-/// Parameters of the standalone 2D FFT: `images` contiguous `N x N` complex images, natural
-/// order in and out, each output multiplied by `scale`.
+/// Parameters of the standalone 2D FFT: `images` contiguous `N x N` images, natural order in
+/// and out, each output multiplied by `scale`. Complex-to-complex: complex images both ways.
+/// Real-to-complex: real images in, half spectra out (`N x (N/2 + 1)`, the columns
+/// `0..=N/2`, as cuFFT lays them out); complex-to-real the other way.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct Fft2dParams {
@@ -248,10 +288,111 @@ pub struct Fft2dParams {
     /// `W_N^t` for `t < N` (forward; the inverse conjugates them).
     pub twiddles: u64,
     pub images: u32,
-    /// 1 for the inverse transform, else 0.
+    /// 1 for the inverse transform, else 0 (the real kernels ignore it).
     pub inverse: u32,
     pub scale: f32,
     pub _pad: u32,
+}
+
+/// Columns of a half spectrum: `N/2 + 1`.
+pub const fn half_columns(n: u32) -> u32 {
+    n / 2 + 1
+}
+
+/// Real-to-complex: images `2·pair` and `2·pair + 1` as the real and imaginary parts of one
+/// complex transform, separated at the end by the symmetry of real spectra:
+/// `X_a[k] = (Z[k] + conj Z[-k]) / 2`, `X_b[k] = (Z[k] - conj Z[-k]) / 2i`.
+#[inline(always)]
+pub fn fft2d_r2c<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dParams, pair: u32) {
+    let (a_len, b_len) = (A as u32, B as u32);
+    let n = a_len * b_len;
+    let half = half_columns(n);
+    let (first, second) = (2 * pair, 2 * pair + 1);
+    let has_second = second < p.images;
+    let image = |i: u32| i as u64 * (n as u64 * n as u64);
+    forward_head::<A, B, M>(
+        m,
+        n,
+        #[inline(always)]
+        |m, row, col| {
+            let at = (row * n + col) as u64;
+            let im = if has_second { m.read_real(image(second) + at) } else { 0.0 };
+            Complex32::new(m.read_real(image(first) + at), im)
+        },
+    );
+    m.for_each(
+        n * b_len,
+        #[inline(always)]
+        |m, item| {
+            let (kb, col) = (item / n, item % n);
+            let mut v = load_column_run::<A, B, M>(m, kb, col);
+            dft_reg::<A, false>(&mut v);
+            store_column_run::<A, B, M>(m, kb, col, &v);
+        },
+    );
+    m.barrier();
+    let spectrum = |i: u32| i as u64 * (n as u64 * half as u64);
+    m.for_each(
+        n * half,
+        #[inline(always)]
+        |m, item| {
+            let (row, col) = (item / half, item % half);
+            let mirror = |k: u32| if k == 0 { 0 } else { n - k };
+            let z = m.load(slot::<A, B>(position::<A, B>(row), position::<A, B>(col)));
+            let zm = m.load(slot::<A, B>(position::<A, B>(mirror(row)), position::<A, B>(mirror(col)))).conj();
+            let half_scale = 0.5 * p.scale;
+            m.write_complex(spectrum(first) + item as u64, (z + zm).scale(half_scale));
+            if has_second {
+                // (z - zm) / 2i = -i (z - zm) / 2
+                m.write_complex(spectrum(second) + item as u64, (-(z - zm).mul_i()).scale(half_scale));
+            }
+        },
+    );
+}
+
+/// Complex-to-real: half spectra `2·pair` and `2·pair + 1` completed by symmetry
+/// (`X[-k] = conj X[k]`) and combined into `Z = X_a + i·X_b`, one inverse transform, the real
+/// part to image `2·pair` and the imaginary part to `2·pair + 1`.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
+pub fn fft2d_c2r<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dParams, pair: u32) {
+    let (a_len, b_len) = (A as u32, B as u32);
+    let n = a_len * b_len;
+    let half = half_columns(n);
+    let (first, second) = (2 * pair, 2 * pair + 1);
+    let has_second = second < p.images;
+    let spectrum = |i: u32| i as u64 * (n as u64 * half as u64);
+    // X(row, col) of one half spectrum, the missing columns from their mirror images.
+    let value = #[inline(always)]
+    |m: &mut M, base: u64, row: u32, col: u32| {
+        if col < half {
+            m.read_complex(base + (row * half + col) as u64)
+        } else {
+            let mirror_row = if row == 0 { 0 } else { n - row };
+            m.read_complex(base + (mirror_row * half + n - col) as u64).conj()
+        }
+    };
+    inverse_from_natural::<A, B, M>(
+        m,
+        #[inline(always)]
+        |m, row, col| {
+            let xb = if has_second { value(m, spectrum(second), row, col) } else { Complex32::ZERO };
+            value(m, spectrum(first), row, col) + xb.mul_i()
+        },
+    );
+    let image = |i: u32| i as u64 * (n as u64 * n as u64);
+    m.for_each(
+        n * n,
+        #[inline(always)]
+        |m, item| {
+            let (row, col) = (item / n, item % n);
+            let v = m.load(slot::<A, B>(row, col)).scale(p.scale);
+            m.write_real(image(first) + item as u64, v.re);
+            if has_second {
+                m.write_real(image(second) + item as u64, v.im);
+            }
+        },
+    );
 }
 
 /// The block program of the standalone 2D FFT: image `image`, forward or inverse.
@@ -285,27 +426,10 @@ pub fn fft2d<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dParam
             },
         );
     } else {
-        m.for_each(
-            n * b_len,
-            #[inline(always)]
-            |m, item| {
-                let (kb, col) = (item / n, item % n);
-                let mut v = [Complex32::ZERO; A];
-                for ka in 0..A {
-                    let row = kb + b_len * ka as u32;
-                    v[ka] = m.read_complex(base + (row * n + col) as u64);
-                }
-                dft_reg::<A, true>(&mut v);
-                untwiddle(m, &mut v, kb);
-                store_column_run::<A, B, M>(m, kb, position::<A, B>(col), &v);
-            },
-        );
-        m.barrier();
-        inverse_tail::<A, B, M>(
+        inverse_from_natural::<A, B, M>(
             m,
-            n,
             #[inline(always)]
-            |row| row,
+            |m, row, col| m.read_complex(base + (row * n + col) as u64),
         );
         m.for_each(
             n * n,
@@ -356,7 +480,12 @@ macro_rules! fft2d_kernels {
     ($(($n:literal, $a:literal, $b:literal, $threads:literal)),* $(,)?) => {
         /// Every size of the standalone 2D FFT in the PTX, smallest first.
         pub const FFT2D_SIZES: &[Fft2dSize] = &[$(Fft2dSize {
-            name: concat!("fft2d_", stringify!($n)), a: $a, b: $b, threads: $threads,
+            name: concat!("fft2d_", stringify!($n)),
+            r2c_kernel: concat!("fft2d_r2c_", stringify!($n)),
+            c2r_kernel: concat!("fft2d_c2r_", stringify!($n)),
+            a: $a,
+            b: $b,
+            threads: $threads,
         }),*];
 
         #[cfg(target_arch = "nvptx64")]
@@ -369,6 +498,18 @@ macro_rules! fft2d_kernels {
                         let image = crate::prelude::block_idx_x();
                         let mut m = GpuBlock::new(p.twiddles, 0, p.input, 0, p.output);
                         super::fft2d::<$a, $b, _>(&mut m, &p, image);
+                    }
+
+                    #[unsafe(export_name = concat!("fft2d_r2c_", stringify!($n)))]
+                    pub unsafe extern "ptx-kernel" fn r2c(p: Fft2dParams) {
+                        let mut m = GpuBlock::new(p.twiddles, p.input, 0, 0, p.output);
+                        super::fft2d_r2c::<$a, $b, _>(&mut m, &p, crate::prelude::block_idx_x());
+                    }
+
+                    #[unsafe(export_name = concat!("fft2d_c2r_", stringify!($n)))]
+                    pub unsafe extern "ptx-kernel" fn c2r(p: Fft2dParams) {
+                        let mut m = GpuBlock::new(p.twiddles, 0, p.input, p.output, 0);
+                        super::fft2d_c2r::<$a, $b, _>(&mut m, &p, crate::prelude::block_idx_x());
                     }
                 };
             )*
