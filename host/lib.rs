@@ -5,7 +5,11 @@
 //! - [`conv::direct`]: grouped direct convolution (dense, grouped, depthwise, channel
 //!   multipliers), forward, f32, NCHW.
 //! - [`cgemm`]: batched complex GEMM, `C = α·op(A)·op(B) + β·C`, interleaved or planar.
-//! - [`fft`]: batched complex FFT (lengths 2^a 3^b 5^c 7^d up to 2048), rows or columns.
+//! - [`fft`]: batched FFTs: 1D complex (lengths 2^a 3^b 5^c 7^d up to 2048, rows or columns)
+//!   and square 2D (complex both ways, real-to-complex, complex-to-real; 22 sizes, 12 to 160).
+//! - [`conv::fft`] (depthwise, fused) and [`conv::fft_gemm`] (any groups: overlap-save tiles
+//!   and a per-frequency cgemm): FFT convolution for large filters, plans that cache the
+//!   filters' spectra.
 //! - [`conv::cudnn`]: the same convolution through cuDNN's graph API (its cuDNN 9 engines)
 //!   and its legacy API.
 //! - `harness` (cargo feature `harness`): references, `check`, timing and `bench`.

@@ -8,7 +8,8 @@
 //!
 //! - [`conv`]: the convolution kernel families ([`conv::direct`]).
 //! - [`cgemm`]: batched complex GEMM.
-//! - [`fft`]: batched complex FFT (the first piece of FFT convolution).
+//! - [`fft`]: batched FFTs (1D; square 2D in shared memory, [`fft::square`], whose pieces the
+//!   FFT convolutions [`conv::fft`] and [`conv::fft_gemm`] are built from).
 //! - [`verify`], [`random`], [`timing`]: the f64 reference and error bound, the random
 //!   fill and the timing gate that `convkit check` and `convkit bench` run on the GPU.
 #![no_std]
