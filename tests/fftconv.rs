@@ -1,6 +1,7 @@
-//! The fused FFT convolution without a GPU: its codelets against an f64 DFT, and its block
-//! programs (`kernels_gpu::conv::fft::{spectrum, convolve}`, the code the kernels run) on the
-//! CPU against the f64 reference convolution, with every shared-memory access tracked: a slot
+//! The FFT convolutions without a GPU: the codelets against an f64 DFT, and the block programs
+//! of the fused path (`kernels_gpu::conv::fft`) and of the tiled path (`conv::fft_gemm`, with
+//! a CPU cgemm between its stages), the code the kernels run, on the CPU against the f64
+//! reference convolution, with every shared-memory access tracked: a slot
 //! read before it was written, or touched by two work items between two barriers with one of
 //! them writing, fails the test (the kernels would race there), as does an output written
 //! twice or never.

@@ -148,7 +148,7 @@ impl FftConvPlan {
     }
 
     /// Device memory the plan holds: the filters' spectrum and the twiddles.
-    pub fn device_bytes(&self) -> usize {
+    pub fn plan_bytes(&self) -> usize {
         (self.spectrum.len() + self.twiddles.len()) * size_of::<Complex32>()
     }
 

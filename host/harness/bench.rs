@@ -365,7 +365,7 @@ impl<'g> Bench<'g> {
                     let (_, w, _) = env.arena.set(set);
                     plans.push(FftConvPlan::with_tile(gpu, &self.stream, conv, &tile, &w)?);
                 }
-                let bytes = plans[0].device_bytes();
+                let bytes = plans[0].plan_bytes();
                 let name = tile.name.trim_start_matches("fftconv_").to_owned();
                 let mut candidate = Candidate::new(name, Source::Convkit, MathClass::Exact, "f32 FFT".into(), bytes);
                 let (x0, w0, _) = env.arena.set(0);
