@@ -362,15 +362,15 @@ pub fn fft2d_c2r<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dP
     let (first, second) = (2 * pair, 2 * pair + 1);
     let has_second = second < p.images;
     let spectrum = |i: u32| i as u64 * (n as u64 * half as u64);
-    // X(row, col) of one half spectrum, the missing columns from their mirror images.
+    // X(row, col) of one half spectrum, the missing columns from their mirror images: one load
+    // from a selected address (a load in each branch kept the loads from overlapping, and took
+    // registers).
     let value = #[inline(always)]
     |m: &mut M, base: u64, row: u32, col: u32| {
-        if col < half {
-            m.read_complex(base + (row * half + col) as u64)
-        } else {
-            let mirror_row = if row == 0 { 0 } else { n - row };
-            m.read_complex(base + (mirror_row * half + n - col) as u64).conj()
-        }
+        let mirrored = col >= half;
+        let (r, c) = if mirrored { (if row == 0 { 0 } else { n - row }, n - col) } else { (row, col) };
+        let v = m.read_complex(base + (r * half + c) as u64);
+        Complex32::new(v.re, if mirrored { -v.im } else { v.im })
     };
     inverse_from_natural::<A, B, M>(
         m,
