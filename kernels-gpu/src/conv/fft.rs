@@ -145,13 +145,13 @@ pub fn convolve<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftConv
         p.in_h,
         #[inline(always)]
         |m, row, col| {
-            // Loads from selected in-bounds addresses, zeros selected after: a load in a branch
-            // keeps the row's loads from overlapping. Within one plane: `Conv2d::geometry`
-            // keeps planes below 2^31 elements.
-            let inside = col < p.in_w;
-            let at = if inside { (row * p.in_w + col) as u64 } else { 0 };
-            let (re, im) = (m.read_real(x0 + at), m.read_real(if second { x1 } else { x0 } + at));
-            Complex32::new(if inside { re } else { 0.0 }, if inside && second { im } else { 0.0 })
+            if col >= p.in_w {
+                return Complex32::ZERO;
+            }
+            // Within one plane: `Conv2d::geometry` keeps planes below 2^31 elements.
+            let at = (row * p.in_w + col) as u64;
+            let im = if second { m.read_real(x1 + at) } else { 0.0 };
+            Complex32::new(m.read_real(x0 + at), im)
         },
     );
     // Columns: DFT_A, the product with the spectrum, inverse DFT_A, conjugate twiddle.

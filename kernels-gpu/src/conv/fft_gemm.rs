@@ -159,13 +159,11 @@ impl FftGemmParams {
 fn window_value<M: Block>(m: &mut M, p: &FftGemmParams, unit: &Unit, plane: u64, row: u32, col: u32) -> f32 {
     let (rows, cols) = p.window();
     let (ih, iw) = (unit.in_h0 + row as i64, unit.in_w0 + col as i64);
-    let inside = row < rows && col < cols && ih >= 0 && iw >= 0 && ih < p.in_h as i64 && iw < p.in_w as i64;
-    // A load from a selected in-bounds address, zero selected after (a load in a branch keeps
-    // the row's loads from overlapping). Within one plane: `Conv2d::geometry` keeps planes
-    // below 2^31 elements.
-    let at = if inside { (ih as u32 * p.in_w + iw as u32) as u64 } else { 0 };
-    let v = m.read_real(plane + at);
-    if inside { v } else { 0.0 }
+    if row >= rows || col >= cols || ih < 0 || iw < 0 || ih >= p.in_h as i64 || iw >= p.in_w as i64 {
+        return 0.0;
+    }
+    // Within one plane: `Conv2d::geometry` keeps planes below 2^31 elements.
+    m.read_real(plane + (ih as u32 * p.in_w + iw as u32) as u64)
 }
 
 /// The two units of pair `pair`, and whether the second exists.
@@ -181,17 +179,15 @@ fn forward_pair<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftGemm
     let (first, second, has_second) = pair_units(p, pair);
     let plane =
         |unit: &Unit| (unit.image as u64 * p.channels as u64 + channel as u64) * (p.in_h as u64 * p.in_w as u64);
-    // A missing second unit reads the first's window (in bounds) and drops it.
-    let (plane0, plane1) = (plane(&first), if has_second { plane(&second) } else { plane(&first) });
-    let second = if has_second { second } else { first };
+    let (plane0, plane1) = (plane(&first), plane(&second));
     forward_head::<A, B, M>(
         m,
         p.window().0.min((A * B) as u32),
         #[inline(always)]
         |m, row, col| {
             let re = window_value(m, p, &first, plane0, row, col);
-            let im = window_value(m, p, &second, plane1, row, col);
-            Complex32::new(re, if has_second { im } else { 0.0 })
+            let im = if has_second { window_value(m, p, &second, plane1, row, col) } else { 0.0 };
+            Complex32::new(re, im)
         },
     );
 }
