@@ -15,6 +15,13 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+/// A resolved entry point, with the block size its registers allow.
+#[derive(Clone, Debug)]
+struct Kernel {
+    function: CudaFunction,
+    max_threads: u32,
+}
+
 /// One GPU: its context, a default stream and the kernels loaded for its architecture.
 ///
 /// Every launch takes the stream it runs on ([`Gpu::stream`] is the default). Buffers keep
@@ -26,7 +33,7 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     module: Arc<CudaModule>,
     /// Entry points resolved so far, so that a launch does not look its kernel up again.
-    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    functions: Mutex<HashMap<&'static str, Kernel>>,
     arch: u32,
     ptx_arch: u32,
     sm_count: u32,
@@ -111,9 +118,14 @@ impl Gpu {
 
     /// The kernel `name` of the loaded module.
     pub(crate) fn function(&self, name: &'static str) -> Result<CudaFunction> {
+        self.kernel(name).map(|k| k.function)
+    }
+
+    /// The kernel `name` and what launches ask of it, resolved once.
+    fn kernel(&self, name: &'static str) -> Result<Kernel> {
         let mut functions = self.functions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(f) = functions.get(name) {
-            return Ok(f.clone());
+        if let Some(k) = functions.get(name) {
+            return Ok(k.clone());
         }
         let f = self.module.load_function(name).during("cuModuleGetFunction")?;
         // Every kernel may take all the dynamic shared memory the device allows (48 KB without
@@ -121,8 +133,10 @@ impl Gpu {
         let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         let static_bytes = f.shared_size_bytes().during("cuFuncGetAttribute(shared size)")?;
         f.set_attribute(attr, self.smem_optin - static_bytes).during("cuFuncSetAttribute(max dynamic shared)")?;
-        functions.insert(name, f.clone());
-        Ok(f)
+        let max_threads = f.max_threads_per_block().during("cuFuncGetAttribute(max threads)")? as u32;
+        let k = Kernel { function: f, max_threads };
+        functions.insert(name, k.clone());
+        Ok(k)
     }
 
     /// Blocks of `threads` threads and `smem_bytes` of dynamic shared memory that one SM holds
@@ -138,7 +152,7 @@ impl Gpu {
     /// blocks to fill the GPU, else as many as the kernel's registers allow (up to 1024), so
     /// that a lone block or a few get all the threads an SM can give them.
     pub(crate) fn block_threads(&self, name: &'static str, preferred: u32, blocks: u64) -> Result<u32> {
-        let most = self.function(name)?.max_threads_per_block().during("cuFuncGetAttribute(max threads)")? as u32;
+        let most = self.kernel(name)?.max_threads;
         let threads = if blocks >= self.sm_count as u64 { preferred } else { 1024 };
         // Whole warps, within what the kernel's registers allow.
         Ok(threads.min(most) / 32 * 32)

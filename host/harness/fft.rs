@@ -65,14 +65,21 @@ impl FftCase {
         format!("{0}x{0} x{1} {2}", self.n, self.images, self.kind.name())
     }
 
-    /// f32 values of one image's input and output (a complex value is two).
-    pub fn per_image(&self) -> [usize; 2] {
-        let (full, half) = (2 * self.n * self.n, 2 * self.n * (self.n / 2 + 1));
+    /// Elements (real or complex) of one image's input and output.
+    pub fn elements(&self) -> [usize; 2] {
+        let (full, half) = (self.n * self.n, self.n * (self.n / 2 + 1));
         match self.kind {
             FftKind::Forward | FftKind::Inverse => [full, full],
-            FftKind::R2c => [full / 2, half],
-            FftKind::C2r => [half, full / 2],
+            FftKind::R2c => [full, half],
+            FftKind::C2r => [half, full],
         }
+    }
+
+    /// f32 values of one image's input and output (a complex value is two).
+    pub fn per_image(&self) -> [usize; 2] {
+        let [input, output] = self.elements();
+        let [real_in, real_out] = [self.kind == FftKind::R2c, self.kind == FftKind::C2r];
+        [if real_in { input } else { 2 * input }, if real_out { output } else { 2 * output }]
     }
 
     /// One read of the input and one write of the output.
@@ -90,10 +97,7 @@ pub struct CufftPlan {
 impl CufftPlan {
     pub fn new(stream: &Arc<CudaStream>, case: &FftCase) -> Result<Self> {
         let n = case.n as i32;
-        let [idist, odist] = case.per_image().map(|f| match case.kind {
-            FftKind::R2c | FftKind::C2r if f == case.n * case.n => f as i32,
-            _ => (f / 2) as i32,
-        });
+        let [idist, odist] = case.elements().map(|e| e as i32);
         let kind = match case.kind {
             FftKind::Forward | FftKind::Inverse => cufft_sys::cufftType::CUFFT_C2C,
             FftKind::R2c => cufft_sys::cufftType::CUFFT_R2C,

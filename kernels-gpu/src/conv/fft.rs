@@ -25,10 +25,7 @@
 use crate::{
     MagicDiv,
     complex::Complex32,
-    fft::{
-        dft_reg,
-        square::{Block, forward_head, inverse_tail, load_column_run, slot, smem_bytes, store_column_run, untwiddle},
-    },
+    fft::square::{Block, filter_columns, forward_head, inverse_tail, slot, smem_bytes, write_spectrum},
 };
 use bytemuck::{Pod, Zeroable};
 
@@ -130,10 +127,8 @@ pub fn circular_position(o: u32, stride: u32, pad: u32, n: u32) -> u32 {
 
 /// The block program of the convolution kernel: block `block` is (channel, pair of images).
 #[inline(always)]
-#[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
 pub fn convolve<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftConvParams, block: u32) {
-    let (a_len, b_len) = (A as u32, B as u32);
-    let n = a_len * b_len;
+    let n = (A * B) as u32;
     let (channel, pair) = p.pairs.div_rem(block);
     let first = 2 * pair;
     let second = first + 1 < p.images;
@@ -156,23 +151,11 @@ pub fn convolve<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftConv
     );
     // Columns: DFT_A, the product with the spectrum, inverse DFT_A, conjugate twiddle.
     let spectrum = channel as u64 * (n as u64 * n as u64);
-    m.for_each(
-        n * b_len,
+    filter_columns::<A, B, M>(
+        m,
         #[inline(always)]
-        |m, item| {
-            let (kb, col) = (item / n, item % n);
-            let mut v = load_column_run::<A, B, M>(m, kb, col);
-            dft_reg::<A, false>(&mut v);
-            for ka in 0..A {
-                let at = spectrum + ((ka as u32 + a_len * kb) * n + col) as u64;
-                v[ka] = v[ka] * m.read_complex(at);
-            }
-            dft_reg::<A, true>(&mut v);
-            untwiddle(m, &mut v, kb);
-            store_column_run::<A, B, M>(m, kb, col, &v);
-        },
+        |m, bin| m.read_complex(spectrum + bin as u64),
     );
-    m.barrier();
     let out_row = #[inline(always)]
     |o: u32| circular_position(o, p.stride_h, p.pad_h, n);
     inverse_tail::<A, B, M>(m, p.out_h, out_row);
@@ -197,10 +180,8 @@ pub fn convolve<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftConv
 /// (dilated) filter and stores `conj(F) / N²`, so that the convolution's product is the
 /// cross-correlation and its inverse comes out normalised.
 #[inline(always)]
-#[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
 pub fn spectrum<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftConvParams, channel: u32) {
-    let (a_len, b_len) = (A as u32, B as u32);
-    let n = a_len * b_len;
+    let n = (A * B) as u32;
     let taps = p.filter_r as u64 * p.filter_s as u64;
     let (extent_h, extent_w) = (p.extent_h(), p.extent_w());
     forward_head::<A, B, M>(
@@ -218,18 +199,10 @@ pub fn spectrum<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftConv
     );
     let scale = 1.0 / (n as f32 * n as f32);
     let base = channel as u64 * (n as u64 * n as u64);
-    m.for_each(
-        n * b_len,
+    write_spectrum::<A, B, M>(
+        m,
         #[inline(always)]
-        |m, item| {
-            let (kb, col) = (item / n, item % n);
-            let mut v = load_column_run::<A, B, M>(m, kb, col);
-            dft_reg::<A, false>(&mut v);
-            for ka in 0..A {
-                let at = base + ((ka as u32 + a_len * kb) * n + col) as u64;
-                m.write_complex(at, v[ka].conj().scale(scale));
-            }
-        },
+        |m, bin, v| m.write_complex(base + bin as u64, v.conj().scale(scale)),
     );
 }
 

@@ -30,7 +30,10 @@ use crate::{
     complex::Complex32,
     fft::{
         dft_reg,
-        square::{Block, forward_head, inverse_tail, load_column_run, slot, smem_bytes, store_column_run, untwiddle},
+        square::{
+            Block, filter_columns, forward_head, inverse_tail, slot, smem_bytes, store_column_run, untwiddle,
+            write_spectrum,
+        },
     },
 };
 use bytemuck::{Pod, Zeroable};
@@ -236,38 +239,11 @@ pub fn input_spectra<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Ff
     let (group, c) = p.c_per_group.div_rem(channel);
     let c_per_group = p.c_per_group.divisor as u64;
     let at = group as u64 * (p.pairs as u64 * c_per_group) + pair as u64 * c_per_group + c as u64;
-    write_bins::<A, B, M>(
+    let bin_size = p.bin_sizes().0;
+    write_spectrum::<A, B, M>(
         m,
-        p.bin_sizes().0,
-        at,
         #[inline(always)]
-        |v| v,
-    );
-}
-
-/// The columns' last forward step (DFT_A), each frequency written bin-major: `bin · bin_size
-/// + at`, through `f`.
-#[inline(always)]
-#[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
-fn write_bins<const A: usize, const B: usize, M: Block>(
-    m: &mut M,
-    bin_size: u64,
-    at: u64,
-    f: impl Fn(Complex32) -> Complex32,
-) {
-    let n = (A * B) as u32;
-    m.for_each(
-        n * B as u32,
-        #[inline(always)]
-        |m, item| {
-            let (kb, col) = (item / n, item % n);
-            let mut v = load_column_run::<A, B, M>(m, kb, col);
-            dft_reg::<A, false>(&mut v);
-            for ka in 0..A {
-                let bin = (ka as u32 + A as u32 * kb) * n + col;
-                m.write_complex(bin as u64 * bin_size + at, f(v[ka]));
-            }
-        },
+        |m, bin, v| m.write_complex(bin as u64 * bin_size + at, v),
     );
 }
 
@@ -296,12 +272,10 @@ pub fn filter_spectra<const A: usize, const B: usize, M: Block>(m: &mut M, p: &F
     let scale = 1.0 / (n as f32 * n as f32);
     let bin_size = p.out_channels as u64 * c_per_group as u64;
     let at = k as u64 * c_per_group as u64 + c as u64;
-    write_bins::<A, B, M>(
+    write_spectrum::<A, B, M>(
         m,
-        bin_size,
-        at,
         #[inline(always)]
-        |v| v.conj().scale(scale),
+        |m, bin, v| m.write_complex(bin as u64 * bin_size + at, v.conj().scale(scale)),
     );
 }
 
@@ -339,29 +313,15 @@ pub fn output_tiles<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft
 /// product with the channel's spectrum `S[bin][channel]`, inverse transforms and the tiles'
 /// outputs, in one block.
 #[inline(always)]
-#[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
 pub fn fused_depthwise<const A: usize, const B: usize, M: Block>(m: &mut M, p: &FftGemmParams, block: u32) {
-    let n = (A * B) as u32;
     let (channel, pair) = p.pair_div.div_rem(block);
     forward_pair::<A, B, M>(m, p, channel, pair);
     let channels = p.channels as u64;
-    m.for_each(
-        n * B as u32,
+    filter_columns::<A, B, M>(
+        m,
         #[inline(always)]
-        |m, item| {
-            let (kb, col) = (item / n, item % n);
-            let mut v = load_column_run::<A, B, M>(m, kb, col);
-            dft_reg::<A, false>(&mut v);
-            for ka in 0..A {
-                let bin = (ka as u32 + A as u32 * kb) * n + col;
-                v[ka] = v[ka] * m.read_complex(bin as u64 * channels + channel as u64);
-            }
-            dft_reg::<A, true>(&mut v);
-            untwiddle(m, &mut v, kb);
-            store_column_run::<A, B, M>(m, kb, col, &v);
-        },
+        |m, bin| m.read_complex(bin as u64 * channels + channel as u64),
     );
-    m.barrier();
     store_pair::<A, B, M>(m, p, channel, pair);
 }
 

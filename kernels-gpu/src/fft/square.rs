@@ -219,6 +219,51 @@ pub fn inverse_tail<const A: usize, const B: usize, M: Block>(m: &mut M, rows: u
     m.barrier();
 }
 
+/// The columns' last forward step (DFT_A), each frequency handed to `write(bin, value)` with
+/// `bin = position(row)·N + position(col)` (the spectrum's digit-reversed index).
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
+pub fn write_spectrum<const A: usize, const B: usize, M: Block>(m: &mut M, write: impl Fn(&mut M, u32, Complex32)) {
+    let n = (A * B) as u32;
+    m.for_each(
+        n * B as u32,
+        #[inline(always)]
+        |m, item| {
+            let (kb, col) = (item / n, item % n);
+            let mut v = load_column_run::<A, B, M>(m, kb, col);
+            dft_reg::<A, false>(&mut v);
+            for ka in 0..A {
+                write(m, (ka as u32 + A as u32 * kb) * n + col, v[ka]);
+            }
+        },
+    );
+}
+
+/// Filtering in the middle of the column transforms: the columns' DFT_A step, the product of
+/// each frequency with `filter(bin)` (bin as in [`write_spectrum`]), and the inverse's DFT_A
+/// step with its twiddles; ends with a barrier, ready for [`inverse_tail`].
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
+pub fn filter_columns<const A: usize, const B: usize, M: Block>(m: &mut M, filter: impl Fn(&mut M, u32) -> Complex32) {
+    let n = (A * B) as u32;
+    m.for_each(
+        n * B as u32,
+        #[inline(always)]
+        |m, item| {
+            let (kb, col) = (item / n, item % n);
+            let mut v = load_column_run::<A, B, M>(m, kb, col);
+            dft_reg::<A, false>(&mut v);
+            for ka in 0..A {
+                v[ka] = v[ka] * filter(m, (ka as u32 + A as u32 * kb) * n + col);
+            }
+            dft_reg::<A, true>(&mut v);
+            untwiddle(m, &mut v, kb);
+            store_column_run::<A, B, M>(m, kb, col, &v);
+        },
+    );
+    m.barrier();
+}
+
 /// A whole inverse transform of the spectrum `value(row, col)` (natural order), its columns'
 /// first step fused with the loads (items go by natural column, so they are coalesced); ends
 /// with a barrier, the result in natural order in the slots.
