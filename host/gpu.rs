@@ -10,6 +10,7 @@ use cudarc::{
     },
     nvrtc::Ptx,
 };
+use kernels_gpu::random::{FILL_KERNEL, FillParams};
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -235,6 +236,19 @@ impl Gpu {
         unsafe { sys::cuMemsetD32Async(ptr, bits, len, self.stream.cu_stream()) }.result().during("cuMemsetD32Async")
     }
 
+    /// `data[i] = uniform(seed, i)`, values in [-1, 1) from `kernels_gpu::random` (the same
+    /// function the host-side references draw from), on `stream`.
+    pub fn fill_uniform(&self, stream: &CudaStream, data: &mut impl DevicePtrMut<f32>, seed: u64) -> Result<()> {
+        let len = data.len() as u64;
+        {
+            let (ptr, _sync) = data.device_ptr_mut(stream);
+            let params = FillParams { data: ptr, len, seed };
+            // Safety: the kernel writes `len` f32s from `ptr`.
+            unsafe { self.launch(stream, FILL_KERNEL, grid_stride_config(self, len), params) }?;
+        }
+        self.check_deferred()
+    }
+
     /// Waits for the default stream, then surfaces deferred errors.
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize().during("cuStreamSynchronize")?;
@@ -261,8 +275,7 @@ struct KernelArg<T>(T);
 unsafe impl<T: bytemuck::Pod> DeviceRepr for KernelArg<T> {}
 
 /// A grid-stride launch over `len` items: enough blocks to fill the GPU a few times over,
-/// no more than the items need. (The harness's kernels use it.)
-#[cfg(feature = "harness")]
+/// no more than the items need.
 pub(crate) fn grid_stride_config(gpu: &Gpu, len: u64) -> LaunchConfig {
     const THREADS: u32 = 256;
     let wanted = len.div_ceil(THREADS as u64).max(1);

@@ -12,7 +12,10 @@
 //!   filters' spectra.
 //! - [`conv::cudnn`]: the same convolution through cuDNN's graph API (its cuDNN 9 engines)
 //!   and its legacy API.
-//! - `harness` (cargo feature `harness`): references, `check`, timing and `bench`.
+//! - [`plan`]: one plan for every convolution: heuristics, Find, a persistent cache, workspace
+//!   limits, over convkit's kernels and cuDNN's.
+//! - [`timing`]: host-free GPU timing (Find and the bench share it).
+//! - `harness` (cargo feature `harness`): references, `check`, `bench`, `tune`.
 //!
 //! Kernels live in the `kernels-gpu` crate, which also defines the parameter structs and
 //! index math that the launchers here use, so both sides share one kernel ABI.
@@ -24,7 +27,9 @@ pub mod fft;
 mod gpu;
 #[cfg(feature = "harness")]
 pub mod harness;
+pub mod plan;
 pub mod problem;
+pub mod timing;
 
 pub use conv::direct;
 pub use error::{Error, Result};

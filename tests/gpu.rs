@@ -65,7 +65,7 @@ fn the_gpu_fill_and_reference_agree_with_the_host_to_the_bit() {
     let gpu = gpu();
     let stream = gpu.stream();
     let mut data = gpu.alloc::<f32>(100_003).unwrap();
-    reference::fill_uniform(&gpu, stream, &mut data, 42).unwrap();
+    gpu.fill_uniform(stream, &mut data, 42).unwrap();
     assert_eq!(gpu.download(&data).unwrap(), reference::host_uniform(42, 100_003));
 
     for spec in ["n=2,c=6,h=13,w=11,k=12,r=3,s=5,pad=1x2,stride=2x1,dil=1x2,groups=3", "n=1,c=2,h=50,k=1,r=45,pad=22"] {
@@ -567,4 +567,98 @@ fn tiled_fft_convolution_matches_the_reference_and_checks_its_workspace() {
     let mut y = gpu.alloc::<f32>(conv.geometry().unwrap().y_len).unwrap();
     let r = plan.forward(&gpu, stream, &x, &mut y, &mut short);
     assert!(matches!(r, Err(Error::WorkspaceTooSmall { .. })), "{r:?}");
+}
+
+/// The bound an algorithm's output is held to.
+fn plan_bound(plan: &convkit::plan::Plan, conv: &Conv2d, x: &[f32], w: &[f32]) -> Tolerance {
+    let taps = conv.geometry().unwrap().taps(conv) as u64;
+    match plan.algorithm().family() {
+        "direct" => Tolerance::f32_sum(taps),
+        "fft" | "fft-gemm" => Tolerance::fft(taps, reference::fft_error_scale(x, w, conv.k)),
+        _ if plan.class() == MathClass::Exact => CUDNN_EXACT,
+        _ => CUDNN_FAST,
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn plans_compute_the_convolution_and_find_fills_a_cache_that_a_new_planner_reads() {
+    use convkit::plan::{Mode, Origin, PlanOptions, Planner, cache};
+    let gpu = gpu();
+    let stream = gpu.stream();
+    let dir = std::env::temp_dir().join(format!("convkit-plan-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("plans.json");
+    std::fs::remove_file(&path).ok();
+    let planner = Planner::with_cache_file(&gpu, Some(path.clone())).unwrap();
+    // One layer for each of the heuristic's branches: grouped, depthwise with a large filter
+    // (fused FFT), dense with a large filter (tiled FFT), dense 3x3 (cuDNN).
+    let layers: [Conv2d; 4] = [
+        "n=4,c=64,h=28,w=28,k=64,r=3,s=3,pad=1,groups=16".parse().unwrap(),
+        "n=8,c=32,h=40,w=40,k=32,r=31,s=31,pad=15,groups=32".parse().unwrap(),
+        "n=1,c=16,h=64,w=64,k=16,r=15,s=15,pad=7".parse().unwrap(),
+        "n=4,c=128,h=28,w=28,k=128,r=3,s=3,pad=1".parse().unwrap(),
+    ];
+    let mut families = Vec::new();
+    for (i, conv) in layers.iter().enumerate() {
+        let geom = conv.geometry().unwrap();
+        let (x_host, w_host, x, w) = inputs(&gpu, conv, 0x91a + i as u64);
+        let truth = reference::gpu_reference(&gpu, stream, conv, &x, &w).unwrap();
+        for math in [MathClass::Exact, MathClass::Fast] {
+            for mode in [Mode::Heuristic, Mode::Find] {
+                let opts = PlanOptions { math, mode, ..PlanOptions::default() };
+                let plan = planner.plan(stream, conv, &opts, &w).unwrap();
+                assert!(math == MathClass::Fast || plan.class() == MathClass::Exact, "{conv}: {}", plan.algorithm());
+                let mut workspace = gpu.alloc::<u8>(plan.workspace_bytes().max(1)).unwrap();
+                let mut y = gpu.alloc::<f32>(geom.y_len).unwrap();
+                gpu.poison(&mut y).unwrap();
+                plan.forward(&x, &mut y, &mut workspace).unwrap();
+                let stats =
+                    reference::compare(&gpu, stream, &y, &truth, plan_bound(&plan, conv, &x_host, &w_host)).unwrap();
+                assert!(stats.passed(), "{conv} ({math:?}, {mode:?}) through {}: {stats:?}", plan.algorithm());
+                families.push(plan.algorithm().family());
+                if plan.workspace_bytes() > 0 {
+                    let mut short = gpu.alloc::<u8>(plan.workspace_bytes() - 1).unwrap();
+                    let r = plan.forward(&x, &mut y, &mut short);
+                    assert!(matches!(r, Err(Error::WorkspaceTooSmall { .. })), "{r:?}");
+                }
+            }
+            // Find's choice is in the file, and a new planner decides from it.
+            let find = PlanOptions { math, mode: Mode::Find, ..PlanOptions::default() };
+            let chosen = planner.choose(conv, &find).unwrap();
+            let reader = Planner::with_cache_file(&gpu, Some(path.clone())).unwrap();
+            let read = reader.choose(conv, &find).unwrap();
+            assert_eq!(read.origin, Origin::CacheFile, "{conv}");
+            assert_eq!(read.algorithm, chosen.algorithm, "{conv}");
+        }
+    }
+    println!("plans ran: {families:?}");
+    for family in ["direct", "fft", "fft-gemm", "cudnn-legacy", "cudnn"] {
+        assert!(families.contains(&family), "no plan ran the {family} family: {families:?}");
+    }
+    // New weights reach every kind of plan.
+    for (i, conv) in layers.iter().enumerate() {
+        let geom = conv.geometry().unwrap();
+        let (x_host, _, x, w) = inputs(&gpu, conv, 0x5e7 + i as u64);
+        let (_, w2_host, _, w2) = inputs(&gpu, conv, 0x5e8 + i as u64);
+        let opts = PlanOptions::default();
+        let mut plan = planner.plan(stream, conv, &opts, &w).unwrap();
+        plan.set_weights(&w2).unwrap();
+        let truth = reference::gpu_reference(&gpu, stream, conv, &x, &w2).unwrap();
+        let mut workspace = gpu.alloc::<u8>(plan.workspace_bytes().max(1)).unwrap();
+        let mut y = gpu.alloc::<f32>(geom.y_len).unwrap();
+        gpu.poison(&mut y).unwrap();
+        plan.forward(&x, &mut y, &mut workspace).unwrap();
+        let stats = reference::compare(&gpu, stream, &y, &truth, plan_bound(&plan, conv, &x_host, &w2_host)).unwrap();
+        assert!(stats.passed(), "{conv} after set_weights through {}: {stats:?}", plan.algorithm());
+    }
+    // A corrupt file: ignored with a warning, decided by the heuristic, left as it was.
+    std::fs::write(&path, "{ not json").unwrap();
+    let planner = Planner::with_cache_file(&gpu, Some(path.clone())).unwrap();
+    assert!(planner.cache_warning().is_some());
+    let choice = planner.choose(&layers[0], &PlanOptions { mode: Mode::Find, ..PlanOptions::default() }).unwrap();
+    assert_eq!(choice.origin, Origin::Find);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "{ not json");
+    assert!(cache::CacheDocument::parse("{ not json").is_err());
+    std::fs::remove_dir_all(&dir).ok();
 }

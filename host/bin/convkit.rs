@@ -8,7 +8,7 @@ use convkit::{
     direct,
     fft::fft2d_sizes,
     harness::{
-        bench::{Bench, BenchOptions, Candidate, LayerResult, Source},
+        bench::{self, Bench, BenchOptions, Candidate, LayerResult, Source},
         cgemm::{self as cgemm_harness, CGEMM_SYNTAX, CgemmCase, CgemmCheck, CgemmRow},
         check::{self, Case, CaseResult, Checker},
         cublas::{Cublas, CublasLtPlan},
@@ -17,7 +17,9 @@ use convkit::{
         suites::{self, SUITES},
         timing::GpuQueue,
         timing::Schedule,
+        tune::{self, TuneRow},
     },
+    plan::{self, Mode, PlanOptions, Planner},
     problem::SHAPE_SYNTAX,
 };
 use indicatif::{ProgressBar, ProgressStyle};
@@ -40,8 +42,87 @@ enum Command {
     Check(CheckArgs),
     /// Time our kernels against cuDNN's best exact and best fast (TF32) implementations.
     Bench(BenchArgs),
+    /// Explain the plan for a layer: the algorithm chosen, why, and its workspace.
+    Plan(PlanArgs),
+    /// Run Find on every layer of a suite, fill the plan cache and print the choices.
+    Tune(TuneArgs),
     /// Print the device, driver, cuDNN and kernel variants this build would use.
     Info,
+}
+
+#[derive(Args)]
+struct PlannerArgs {
+    /// Math class: exact (f32 only) or fast (TF32 tensor cores allowed, PyTorch's default).
+    #[arg(long, value_parser = parse_math, default_value = "exact")]
+    math: MathClass,
+    /// Workspace limit in MiB (default: a quarter of the GPU's free memory).
+    #[arg(long, value_name = "MIB")]
+    workspace_mib: Option<u64>,
+    /// Among Find's candidates within 10% of the fastest, do not prefer the least workspace.
+    #[arg(long)]
+    fastest_only: bool,
+    /// The plan cache file (default: $CONVKIT_PLAN_CACHE, else ~/.cache/convkit/plans.json).
+    #[arg(long, value_name = "FILE")]
+    cache: Option<PathBuf>,
+    /// Keep the plan cache in memory only.
+    #[arg(long, conflicts_with = "cache")]
+    no_cache: bool,
+}
+
+impl PlannerArgs {
+    fn options(&self, math: MathClass, mode: Mode) -> PlanOptions {
+        PlanOptions {
+            math,
+            mode,
+            workspace_limit: self.workspace_mib.map(|m| (m as usize).saturating_mul(1 << 20)),
+            prefer_less_workspace: !self.fastest_only,
+        }
+    }
+
+    fn planner<'g>(&self, gpu: &'g Gpu) -> Result<Planner<'g>, Error> {
+        let path = if self.no_cache { None } else { self.cache.clone().or_else(plan::cache::default_path) };
+        Planner::with_cache_file(gpu, path)
+    }
+}
+
+fn parse_math(name: &str) -> Result<MathClass, String> {
+    match name {
+        "exact" => Ok(MathClass::Exact),
+        "fast" => Ok(MathClass::Fast),
+        other => Err(format!("no math class `{other}`; exact or fast")),
+    }
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    /// The layer; see the shape syntax below.
+    #[arg(long = "shape", value_name = "SPEC", value_parser = parse_shape)]
+    shape: Conv2d,
+    /// Time the candidates (Find) unless the cache holds the layer.
+    #[arg(long)]
+    find: bool,
+    /// Time every candidate now and list them (a fresh Find, whatever the cache holds).
+    #[arg(long, short)]
+    verbose: bool,
+    #[command(flatten)]
+    planner: PlannerArgs,
+}
+
+#[derive(Args)]
+struct TuneArgs {
+    #[command(flatten)]
+    layers: Layers,
+    /// Math classes to tune: exact, fast or both.
+    #[arg(long, default_value = "both", value_parser = ["exact", "fast", "both"])]
+    classes: String,
+    /// Also measure Find's and the heuristic's choices against a longer, exhaustive search.
+    #[arg(long)]
+    evaluate: bool,
+    /// Also write every row as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    planner: PlannerArgs,
 }
 
 #[derive(Args)]
@@ -261,6 +342,13 @@ struct BenchArgs {
     /// Print every candidate of every layer.
     #[arg(long, short)]
     verbose: bool,
+    /// A stored result (`--json` of an earlier run): exit 1 if a layer of ours got slower by more
+    /// than --max-slowdown.
+    #[arg(long, value_name = "FILE")]
+    baseline: Option<PathBuf>,
+    /// The slowdown --baseline tolerates, as a fraction (see benches/NOTES.md for why 0.05).
+    #[arg(long, default_value_t = 0.05)]
+    max_slowdown: f64,
 }
 
 fn parse_tile(name: &str) -> Result<DirectTile, String> {
@@ -289,6 +377,8 @@ fn main() -> ExitCode {
         Command::Bench(BenchArgs { family: Some(BenchFamily::Fft(args)), .. }) => run_bench_fft(cli.device, args),
         Command::Check(args) => run_check(cli.device, args),
         Command::Bench(args) => run_bench(cli.device, args),
+        Command::Plan(args) => run_plan(cli.device, args),
+        Command::Tune(args) => run_tune(cli.device, args),
         Command::Info => run_info(cli.device),
     };
     match outcome {
@@ -559,12 +649,165 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
         }
     }
     let bad: Vec<_> = runs.iter().flatten().filter(|r| !r.ours_correct()).map(|r| r.label.as_str()).collect();
-    if bad.is_empty() {
-        Ok(ExitCode::SUCCESS)
-    } else {
+    if !bad.is_empty() {
         eprintln!("convkit: our output exceeded its error bound on: {}", bad.join(", "));
-        Ok(ExitCode::FAILURE)
+        return Ok(ExitCode::FAILURE);
     }
+    if let Some(path) = &args.baseline {
+        let baseline = bench::load_baseline(path)?;
+        let now: Vec<(String, f64)> = last.iter().map(|r| (r.label.clone(), r.ours_ms())).collect();
+        let verdicts = bench::compare_baseline(&now, &baseline, args.max_slowdown);
+        println!("\nagainst {} (slower by more than {:.0}% fails):", path.display(), args.max_slowdown * 100.0);
+        println!("| layer | baseline ms | now ms | change | verdict |");
+        println!("| --- | ---: | ---: | ---: | --- |");
+        for v in &verdicts {
+            let cell = |ms: Option<f64>| ms.map_or("-".to_owned(), |ms| format!("{ms:.4}"));
+            let change = v.change().map_or("-".to_owned(), |c| format!("{:+.1}%", c * 100.0));
+            println!("| {} | {} | {} | {change} | {} |", v.label, cell(v.baseline_ms), cell(v.now_ms), v.verdict());
+        }
+        if verdicts.iter().any(|v| v.regressed) {
+            eprintln!(
+                "convkit: slower than the baseline on: {}",
+                verdicts.iter().filter(|v| v.regressed).map(|v| v.label.as_str()).collect::<Vec<_>>().join(", ")
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_plan(device: usize, args: &PlanArgs) -> Result<ExitCode, Error> {
+    let gpu = Gpu::new(device)?;
+    let planner = args.planner.planner(&gpu)?;
+    let mode = if args.find { Mode::Find } else { Mode::Heuristic };
+    let opts = args.planner.options(args.planner.math, mode);
+    let conv = &args.shape;
+    let started = std::time::Instant::now();
+    let choice = planner.choose(conv, &opts)?;
+    let decided_us = started.elapsed().as_secs_f64() * 1e6;
+    if args.verbose {
+        let report = planner.find(conv, &opts, &plan::find::QUICK, &[])?;
+        println!("| candidate | workspace MiB | screen ms | ms | |");
+        println!("| --- | ---: | ---: | ---: | --- |");
+        let mut trials: Vec<_> = tune::TrialRow::of(&report);
+        trials.sort_by(|a, b| {
+            let key = |t: &tune::TrialRow| (t.ms.unwrap_or(f64::INFINITY), t.screen_ms.unwrap_or(f64::INFINITY));
+            key(a).partial_cmp(&key(b)).unwrap_or(std::cmp::Ordering::Equal)
+        });
+        for t in &trials {
+            let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.4}"));
+            println!(
+                "| {} | {:.1} | {} | {} | {} |",
+                t.algorithm,
+                t.workspace as f64 / (1 << 20) as f64,
+                ms(t.screen_ms),
+                ms(t.ms),
+                t.error.as_deref().unwrap_or("")
+            );
+        }
+    }
+    let geom = conv.geometry()?;
+    let mut w = gpu.alloc::<f32>(geom.w_len)?;
+    gpu.fill_uniform(gpu.stream(), &mut w, clock_seed())?;
+    let plan = planner.plan(gpu.stream(), conv, &opts, &w)?;
+    println!("layer: {conv}");
+    println!("math: {}; workspace limit: {} MiB", opts.math.name(), planner.workspace_limit(&opts) >> 20);
+    println!("choice: {} ({:?}, decided in {decided_us:.1} us)", choice.algorithm, choice.origin);
+    println!("why: {}", choice.reason);
+    if plan.algorithm() != &choice.algorithm {
+        println!("built as: {}", plan.algorithm());
+    }
+    println!("workspace: {} bytes; plan holds {} bytes", plan.workspace_bytes(), plan.plan_bytes());
+    if let Some(path) = planner.cache_path() {
+        println!("cache: {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_tune(device: usize, args: &TuneArgs) -> Result<ExitCode, Error> {
+    let gpu = Gpu::new(device)?;
+    let layers = match args.layers.resolve()? {
+        Some(layers) => layers,
+        None => suites::load_suite("default")?,
+    };
+    let classes: &[MathClass] = match args.classes.as_str() {
+        "exact" => &[MathClass::Exact],
+        "fast" => &[MathClass::Fast],
+        _ => &[MathClass::Exact, MathClass::Fast],
+    };
+    let planner = args.planner.planner(&gpu)?;
+    let mut info = RunInfo::collect(&gpu, 0)?;
+    let bar = progress(layers.len() * classes.len(), "tune");
+    let mut rows: Vec<TuneRow> = Vec::new();
+    for conv in &layers {
+        for &math in classes {
+            bar.set_message(format!("{} ({})", conv.label(), math.name()));
+            rows.push(tune::tune_layer(&planner, conv, math, args.evaluate)?);
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    info.finish();
+    let figures = tune::figures(&rows);
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({ "run": info, "rows": rows, "figures": figures });
+        let text = serde_json::to_string_pretty(&doc).expect("tune results serialise");
+        std::fs::write(path, text).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    }
+    for line in info.header() {
+        println!("{line}");
+    }
+    match planner.cache_path() {
+        Some(path) => println!("plan cache: {}", path.display()),
+        None => println!("plan cache: in memory only"),
+    }
+    println!("\n| layer | math | heuristic | Find | Find s | decide us (heuristic / cached / file) |");
+    println!("| --- | --- | --- | --- | ---: | ---: |");
+    for r in &rows {
+        let built = if r.heuristic_built != r.heuristic { format!(" ({})", r.heuristic_built) } else { String::new() };
+        println!(
+            "| {} | {} | {}{built} | {} | {:.1} | {:.1} / {:.2} / {:.1} |",
+            r.label, r.math, r.heuristic, r.find, r.find_s, r.heuristic_us, r.cached_us, r.file_us
+        );
+    }
+    if figures.layers > 0 {
+        println!(
+            "\nevaluation: a search with {} finalists and {} rounds, the heuristic's and Find's choices among them",
+            plan::find::THOROUGH.finalists,
+            plan::find::THOROUGH.schedule.rounds
+        );
+        println!(
+            "| layer | math | exhaustive best | best ms | Find / best | heuristic / Find | cuDNN best | Find / cuDNN |"
+        );
+        println!("| --- | --- | --- | ---: | ---: | ---: | --- | ---: |");
+        for r in &rows {
+            if let Some(e) = &r.evaluation {
+                let cudnn = e.cudnn.clone().unwrap_or_else(|| "-".into());
+                let vs = e.find_vs_cudnn().map_or("-".to_owned(), |v| format!("{v:.2}"));
+                println!(
+                    "| {} | {} | {} | {:.4} | {:.3} | {:.3} | {cudnn} | {vs} |",
+                    r.label,
+                    r.math,
+                    e.best,
+                    e.best_ms,
+                    e.find_vs_best(),
+                    e.heuristic_vs_find()
+                );
+            }
+        }
+        println!(
+            "\nfigures over {} layers: Find within 3% of the exhaustive best on {:.0}%; heuristic within 10% of Find on {:.0}% \
+             (worst {:.2}x); deciding (worst layer's median): heuristic {:.1} us, cached {:.2} us, from the file {:.1} us",
+            figures.layers,
+            figures.find_within_3pct * 100.0,
+            figures.heuristic_within_10pct * 100.0,
+            figures.heuristic_worst,
+            figures.heuristic_us,
+            figures.cached_us,
+            figures.file_us
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The time and name of cuDNN's best in `class`, as table cells.

@@ -9,6 +9,7 @@ pub mod fft_gemm;
 
 use crate::{ConvGeometry, Error, Gpu, Result};
 use cudarc::driver::DeviceSlice;
+use cudnn::MathClass;
 
 /// Fails unless x, w and y belong to `gpu` and hold exactly the shape's elements.
 pub(crate) fn check_buffers(
@@ -44,4 +45,92 @@ pub(crate) fn check_io(
     }
     gpu.check_buffer("x", x)?;
     gpu.check_buffer("y", y)
+}
+
+/// One way to compute a convolution: an algorithm and its variant. Its text form (what plan
+/// caches store and tables print) is the kernel's name for convkit's algorithms
+/// (`direct_fwd_rows_k8_p4`, `fftconv_dw_72`, `fftgemm_56`) and `cudnn:` followed by an engine
+/// configuration's tag, `cudnn:heuristic-exact`/`-fast`, or `cudnn-legacy:` followed by a
+/// legacy algorithm and math mode (`cudnn-legacy:WINOGRAD_NONFUSED/FMA`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// The direct kernel with one of [`direct::variants`].
+    Direct(&'static str),
+    /// The fused whole-image FFT convolution (depthwise) with one of [`fft::variants`].
+    Fft(&'static str),
+    /// The tiled FFT convolution with one of [`fft_gemm::sizes`].
+    FftGemm(&'static str),
+    /// A cuDNN 9 engine configuration, by its cudnn-frontend tag (`eng67_k2=2_k13=0...`).
+    CudnnEngine(String),
+    /// The first configuration of this class that cuDNN's heuristics (mode A) propose and
+    /// that builds within the workspace limit, resolved when a plan is built.
+    CudnnHeuristic(MathClass),
+    /// A legacy cuDNN algorithm in a math mode.
+    CudnnLegacy(cudnn::legacy::Algo, cudnn::legacy::Math),
+}
+
+impl Algorithm {
+    /// The family, for tables: `direct`, `fft`, `fft-gemm`, `cudnn` or `cudnn-legacy`.
+    pub fn family(&self) -> &'static str {
+        match self {
+            Algorithm::Direct(_) => "direct",
+            Algorithm::Fft(_) => "fft",
+            Algorithm::FftGemm(_) => "fft-gemm",
+            Algorithm::CudnnEngine(_) | Algorithm::CudnnHeuristic(_) => "cudnn",
+            Algorithm::CudnnLegacy(..) => "cudnn-legacy",
+        }
+    }
+
+    /// Whether convkit's own kernels run it.
+    pub fn is_convkit(&self) -> bool {
+        matches!(self, Algorithm::Direct(_) | Algorithm::Fft(_) | Algorithm::FftGemm(_))
+    }
+}
+
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Algorithm::Direct(name) | Algorithm::Fft(name) | Algorithm::FftGemm(name) => f.write_str(name),
+            Algorithm::CudnnEngine(tag) => write!(f, "cudnn:{tag}"),
+            Algorithm::CudnnHeuristic(class) => write!(f, "cudnn:heuristic-{}", class.name()),
+            Algorithm::CudnnLegacy(algo, math) => write!(f, "cudnn-legacy:{}/{math}", cudnn::legacy::algo_name(*algo)),
+        }
+    }
+}
+
+impl std::str::FromStr for Algorithm {
+    type Err = Error;
+
+    /// Parses the text form; a kernel name this build does not hold is an error.
+    fn from_str(text: &str) -> Result<Self> {
+        let unknown = || Error::invalid("algorithm", format!("{text:?} is not an algorithm of this build"));
+        if let Some(rest) = text.strip_prefix("cudnn-legacy:") {
+            let (algo, math) = rest.split_once('/').ok_or_else(unknown)?;
+            let algo =
+                cudnn::legacy::ALGOS.iter().find(|&&a| cudnn::legacy::algo_name(a) == algo).ok_or_else(unknown)?;
+            let math = [cudnn::legacy::Math::Fma, cudnn::legacy::Math::Default]
+                .into_iter()
+                .find(|m| m.to_string() == math)
+                .ok_or_else(unknown)?;
+            return Ok(Algorithm::CudnnLegacy(*algo, math));
+        }
+        if let Some(rest) = text.strip_prefix("cudnn:") {
+            return Ok(match rest {
+                "heuristic-exact" => Algorithm::CudnnHeuristic(MathClass::Exact),
+                "heuristic-fast" => Algorithm::CudnnHeuristic(MathClass::Fast),
+                tag if tag.starts_with("eng") => Algorithm::CudnnEngine(tag.to_owned()),
+                _ => return Err(unknown()),
+            });
+        }
+        if let Some(tile) = direct::variants().iter().find(|t| t.name == text) {
+            return Ok(Algorithm::Direct(tile.name));
+        }
+        if let Some(tile) = fft::variants().iter().find(|t| t.name == text) {
+            return Ok(Algorithm::Fft(tile.name));
+        }
+        if let Some(size) = fft_gemm::sizes().iter().find(|s| s.name == text) {
+            return Ok(Algorithm::FftGemm(size.name));
+        }
+        Err(unknown())
+    }
 }

@@ -14,7 +14,7 @@
 use super::{
     check::{CUDNN_EXACT, CUDNN_FAST},
     reference::{self, GpuReference},
-    timing::{GpuQueue, Samples, Schedule, time_interleaved, time_round},
+    timing::{GpuQueue, Samples, Schedule, screen, time_interleaved},
 };
 use crate::{
     Conv2d, Gpu, Result,
@@ -255,8 +255,8 @@ impl Arena {
         let mut x = gpu.alloc::<f32>(strides[0] * sets)?;
         let mut w = gpu.alloc::<f32>(strides[1] * sets)?;
         let y = gpu.alloc::<f32>(strides[2] * sets)?;
-        reference::fill_uniform(gpu, stream, &mut x, mix(seed, 1))?;
-        reference::fill_uniform(gpu, stream, &mut w, mix(seed, 2))?;
+        gpu.fill_uniform(stream, &mut x, mix(seed, 1))?;
+        gpu.fill_uniform(stream, &mut w, mix(seed, 2))?;
         Ok(Arena { x, w, y, sets, lens, strides })
     }
 
@@ -557,35 +557,83 @@ impl<'g> Bench<'g> {
     }
 }
 
-/// Screens a candidate: one untimed launch, one host-free launch, and `reps` more unless that
-/// one was already three times slower than the fastest of its class so far. A candidate
-/// whose host blocks while queued (the gate times out) is screened without the gate, flagged.
-fn screen(
-    queue: &mut GpuQueue,
-    reps: usize,
-    fastest: f64,
-    launch: &mut dyn FnMut(&mut GpuQueue, usize) -> Result<()>,
-) -> Result<Samples> {
-    launch(queue, 0)?;
-    let mut samples = Samples { ms: Vec::new(), host_free: true };
-    let mut first = 1;
-    for count in [1, reps] {
-        let ms = match time_round(queue, samples.host_free, first, count, launch)? {
-            Some(ms) => ms,
-            None => {
-                samples.host_free = false;
-                time_round(queue, false, first, count, launch)?.expect("an ungated round cannot time out")
-            }
-        };
-        first += count;
-        samples.ms.extend(ms);
-        if samples.ms[0] > 3.0 * fastest {
-            break;
-        }
-    }
-    Ok(samples)
-}
-
 fn p50(c: &Candidate) -> f64 {
     c.timing.as_ref().map_or(f64::INFINITY, |t| t.p50)
+}
+
+/// Our median time on each layer of a stored result (the `--json` of an earlier `bench`; its
+/// last repeat), by label.
+pub fn load_baseline(path: &std::path::Path) -> Result<Vec<(String, f64)>> {
+    let io = |source| crate::Error::Io { path: path.display().to_string(), source };
+    let text = std::fs::read_to_string(path).map_err(io)?;
+    let malformed = |why: &str| io(std::io::Error::other(format!("not a bench result: {why}")));
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| malformed(&e.to_string()))?;
+    let rows = doc["repeats"]
+        .as_array()
+        .and_then(|r| r.last())
+        .and_then(|r| r.as_array())
+        .ok_or_else(|| malformed("no repeats"))?;
+    rows.iter()
+        .map(|row| {
+            let label = row["label"].as_str().ok_or_else(|| malformed("a row without a label"))?;
+            let ours = row["candidates"]
+                .as_array()
+                .ok_or_else(|| malformed("a row without candidates"))?
+                .iter()
+                .filter(|c| c["source"] == "Convkit")
+                .filter_map(|c| c["timing"]["p50"].as_f64())
+                .fold(f64::INFINITY, f64::min);
+            Ok((label.to_owned(), ours))
+        })
+        .collect()
+}
+
+/// One layer against the baseline.
+#[derive(Clone, Debug)]
+pub struct BaselineVerdict {
+    pub label: String,
+    pub baseline_ms: Option<f64>,
+    pub now_ms: Option<f64>,
+    pub regressed: bool,
+}
+
+impl BaselineVerdict {
+    /// Relative change of our time (positive: slower).
+    pub fn change(&self) -> Option<f64> {
+        Some(self.now_ms? / self.baseline_ms? - 1.0)
+    }
+
+    pub fn verdict(&self) -> &'static str {
+        match (self.baseline_ms, self.now_ms) {
+            (None, _) => "new",
+            (_, None) => "not run",
+            _ if self.regressed => "SLOWER",
+            _ => "ok",
+        }
+    }
+}
+
+/// Our times now (label, median ms) against `baseline`: regressed where slower by more than
+/// `max_slowdown` (a fraction); layers only one side has are listed, never failed.
+pub fn compare_baseline(now: &[(String, f64)], baseline: &[(String, f64)], max_slowdown: f64) -> Vec<BaselineVerdict> {
+    let mut verdicts: Vec<BaselineVerdict> = now
+        .iter()
+        .map(|(label, ms)| {
+            let baseline_ms = baseline.iter().find(|(l, _)| l == label).map(|(_, ms)| *ms).filter(|ms| ms.is_finite());
+            let now_ms = Some(*ms).filter(|ms| ms.is_finite());
+            let regressed = matches!((baseline_ms, now_ms), (Some(b), Some(n)) if n > b * (1.0 + max_slowdown));
+            BaselineVerdict { label: label.clone(), baseline_ms, now_ms, regressed }
+        })
+        .collect();
+    for (label, ms) in baseline {
+        if !now.iter().any(|(l, _)| l == label) {
+            verdicts.push(BaselineVerdict {
+                label: label.clone(),
+                baseline_ms: Some(*ms),
+                now_ms: None,
+                regressed: false,
+            });
+        }
+    }
+    verdicts
 }

@@ -473,7 +473,7 @@ pub fn bench_case(
         let mut dev = gpu.alloc::<Complex32>(len)?;
         // Safety: a Complex32 is two f32 (repr(C), Pod): the same bytes, any bits valid.
         let mut parts = unsafe { dev.transmute_mut::<f32>(2 * len) }.expect("two f32 per complex");
-        super::reference::fill_uniform(gpu, stream, &mut parts, seed)?;
+        gpu.fill_uniform(stream, &mut parts, seed)?;
         Ok(dev)
     };
     let a = fill(strides[0] * sets, mix(seed, 1))?;

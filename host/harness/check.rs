@@ -121,8 +121,8 @@ impl<'g> Checker<'g> {
         let geom = conv.geometry()?;
         let mut x = gpu.alloc::<f32>(geom.x_len)?;
         let mut w = gpu.alloc::<f32>(geom.w_len)?;
-        reference::fill_uniform(gpu, stream, &mut x, mix(seed, 1))?;
-        reference::fill_uniform(gpu, stream, &mut w, mix(seed, 2))?;
+        gpu.fill_uniform(stream, &mut x, mix(seed, 1))?;
+        gpu.fill_uniform(stream, &mut w, mix(seed, 2))?;
         if case.nonfinite {
             plant_nonfinite(gpu, &mut x, mix(seed, 3))?;
         }

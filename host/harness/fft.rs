@@ -5,7 +5,6 @@
 
 use super::{
     bench::Timing,
-    reference::fill_uniform,
     timing::{GpuQueue, Schedule, time_interleaved},
 };
 use crate::{
@@ -286,14 +285,14 @@ fn inputs(gpu: &Gpu, case: &FftCase, sets: usize, stride: usize, seed: u64) -> R
     let stream = gpu.stream();
     let mut input = gpu.alloc::<f32>(stride * sets)?;
     if case.kind != FftKind::C2r {
-        fill_uniform(gpu, stream, &mut input, seed)?;
+        gpu.fill_uniform(stream, &mut input, seed)?;
         return Ok(input);
     }
     let real = FftCase { kind: FftKind::R2c, ..*case };
     let r2c = CufftPlan::new(stream, &real)?;
     let mut images = gpu.alloc::<f32>(real.per_image()[0] * case.images)?;
     for set in 0..sets {
-        fill_uniform(gpu, stream, &mut images, mix(seed, set as u64))?;
+        gpu.fill_uniform(stream, &mut images, mix(seed, set as u64))?;
         r2c.execute(&mut images.as_view_mut(), &mut input.slice_mut(set * stride..set * stride + stride))?;
     }
     Ok(input)

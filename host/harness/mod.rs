@@ -11,6 +11,7 @@ mod nvml;
 pub mod reference;
 pub mod report;
 pub mod suites;
-pub mod timing;
+pub mod tune;
 
+pub use crate::timing;
 pub use nvml::GpuState;

@@ -5,7 +5,7 @@
 use crate::{Conv2d, Error, Gpu, Result, error::Context, gpu::grid_stride_config};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use kernels_gpu::{
-    random::{FILL_KERNEL, FillParams, uniform},
+    random::uniform,
     verify::{COMPARE_KERNEL, CompareParams, CompareStats, REFERENCE_KERNEL, RefConvParams, Tolerance},
 };
 use std::sync::Arc;
@@ -171,17 +171,6 @@ pub fn compare_host(ours: &[f32], reference: &Reference, bound: Tolerance) -> Co
         stats.add(i as u64, o, v, m, &bound);
     }
     stats
-}
-
-/// `data[i] = uniform(seed, i)` on the GPU: the values [`host_uniform`] gives.
-pub fn fill_uniform(gpu: &Gpu, stream: &CudaStream, data: &mut impl DevicePtrMut<f32>, seed: u64) -> Result<()> {
-    let len = data.len() as u64;
-    {
-        let (ptr, _sync) = data.device_ptr_mut(stream);
-        // Safety: the kernel writes `len` f32s from `ptr`.
-        unsafe { gpu.launch(stream, FILL_KERNEL, grid_stride_config(gpu, len), FillParams { data: ptr, len, seed }) }?;
-    }
-    gpu.check_deferred()
 }
 
 /// The scale of FFT convolution's rounding error (see [`Tolerance::fft`]): the RMS of `x`

@@ -47,6 +47,18 @@ impl fmt::Display for Math {
     }
 }
 
+/// Every forward algorithm of the legacy API.
+pub const ALGOS: [Algo; 8] = [
+    Algo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+    Algo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+    Algo::CUDNN_CONVOLUTION_FWD_ALGO_GEMM,
+    Algo::CUDNN_CONVOLUTION_FWD_ALGO_DIRECT,
+    Algo::CUDNN_CONVOLUTION_FWD_ALGO_FFT,
+    Algo::CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING,
+    Algo::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD,
+    Algo::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED,
+];
+
 /// Short name of an algorithm, as tables print it.
 pub fn algo_name(algo: Algo) -> &'static str {
     match algo {

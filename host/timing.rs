@@ -139,6 +139,35 @@ pub fn time_interleaved<Q: DeviceQueue + ?Sized>(
     Ok(samples)
 }
 
+/// Screens a candidate: one untimed launch, one host-free launch, and `reps` more unless that
+/// one was already three times slower than the fastest of its class so far. A candidate
+/// whose host blocks while queued (the gate times out) is screened without the gate, flagged.
+pub fn screen<Q: DeviceQueue + ?Sized>(
+    queue: &mut Q,
+    reps: usize,
+    fastest: f64,
+    launch: &mut dyn FnMut(&mut Q, usize) -> Result<()>,
+) -> Result<Samples> {
+    launch(queue, 0)?;
+    let mut samples = Samples { ms: Vec::new(), host_free: true };
+    let mut first = 1;
+    for count in [1, reps] {
+        let ms = match time_round(queue, samples.host_free, first, count, launch)? {
+            Some(ms) => ms,
+            None => {
+                samples.host_free = false;
+                time_round(queue, false, first, count, launch)?.expect("an ungated round cannot time out")
+            }
+        };
+        first += count;
+        samples.ms.extend(ms);
+        if samples.ms[0] > 3.0 * fastest {
+            break;
+        }
+    }
+    Ok(samples)
+}
+
 /// How long the gate waits for the host before it gives up.
 pub const GATE_TIMEOUT_NS: u64 = 2_000_000_000;
 

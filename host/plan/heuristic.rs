@@ -1,0 +1,121 @@
+//! The default decision: rules fitted to the H200 measurements in `benches/results/` (the
+//! `default` and `large-kernel` suites; `benches/NOTES.md`, "Planner"), with no GPU work.
+//!
+//! - Filters of at least [`FFT_MIN_TAPS`] taps go to an FFT convolution: a depthwise layer
+//!   to the fused whole-image kernel when it has enough (channel, image pair) blocks to
+//!   occupy the GPU (at least one per [`FUSED_SMS_PER_BLOCK`] SMs), else to the tiled one,
+//!   whose tiles supply the blocks; other layers to the tiled one, its tile size by its cost
+//!   estimate. Measured: 3.9-61x faster than cuDNN's best and 1.5-42x than the direct kernel.
+//! - Smaller filters with many channels per group go to cuDNN: in the fast class from
+//!   [`FAST_CUDNN_MIN_CHANNELS`] (its TF32 implicit GEMMs: 0.047 against our 0.081 ms at 16 per
+//!   group, 0.082 against 0.140 ms the other way at 4), in the exact class from
+//!   [`EXACT_CUDNN_MIN_CHANNELS`] (at 32 per group our direct kernel still leads, 0.081 against
+//!   0.129 ms; a dense 3x3 layer takes it 6.1 ms and cuDNN's non-fused Winograd 0.89 ms).
+//! - Everything else runs the direct kernel with its own tile heuristic.
+
+use super::{Choice, Origin};
+use crate::{
+    Conv2d, ConvGeometry,
+    conv::{
+        Algorithm,
+        cudnn::{
+            MathClass,
+            legacy::{Algo, Math},
+        },
+        direct, fft, fft_gemm,
+    },
+};
+
+/// Filter taps (R·S) from which an FFT convolution is chosen (13x13 depthwise measured 1.5x
+/// faster through the fused FFT than directly; 7x7 2x slower).
+pub const FFT_MIN_TAPS: usize = 121;
+/// The fused whole-image FFT takes a depthwise layer with at least one block per this many SMs
+/// (the 45x45 layer: 32 blocks fused 0.023 ms against tiled 0.028; 4 blocks 0.023 against 0.012).
+pub const FUSED_SMS_PER_BLOCK: u32 = 8;
+/// Channels per group (input and output) from which cuDNN's TF32 kernels are chosen in the
+/// fast class.
+pub const FAST_CUDNN_MIN_CHANNELS: usize = 16;
+/// Channels per group from which cuDNN is chosen in the exact class.
+pub const EXACT_CUDNN_MIN_CHANNELS: usize = 64;
+/// Device memory the tiled FFT's filter spectra may take.
+pub const FFT_GEMM_PLAN_LIMIT: usize = 1 << 30;
+
+/// The heuristic's choice for `conv` in `math` with workspace up to `workspace_limit` bytes.
+pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass, workspace_limit: usize) -> Choice {
+    let pick = |algorithm, workspace, reason: String| Choice {
+        algorithm,
+        workspace,
+        origin: Origin::Heuristic,
+        reason,
+        time_ms: None,
+    };
+    let taps = conv.r * conv.s;
+    let depthwise = conv.groups == conv.c && conv.k == conv.c;
+    if taps >= FFT_MIN_TAPS {
+        let filter = format!("{}x{} filter", conv.r, conv.s);
+        let fused = fft::choose_tile(conv, geom).ok();
+        let blocks = conv.c as u64 * conv.n.div_ceil(2) as u64;
+        let tiled = fft_gemm::choose(conv, geom, FFT_GEMM_PLAN_LIMIT, workspace_limit).ok();
+        match (fused, tiled) {
+            (Some(tile), _) if blocks * FUSED_SMS_PER_BLOCK as u64 >= sm_count as u64 => {
+                let why = format!("depthwise {filter}, {blocks} (channel, image pair) blocks: the fused FFT");
+                return pick(Algorithm::Fft(tile.name), 0, why);
+            }
+            (_, Some(shape)) => {
+                let why = format!(
+                    "{filter}: the tiled FFT, {}x{} tiles of {}x{} outputs (the cheapest size by its estimate)",
+                    shape.tiles[0], shape.tiles[1], shape.tile[0], shape.tile[1]
+                );
+                return pick(Algorithm::FftGemm(shape.size.name), shape.workspace_bytes(), why);
+            }
+            (Some(tile), None) => {
+                let why = format!("depthwise {filter}: the fused FFT (the tiled one does not fit the limits)");
+                return pick(Algorithm::Fft(tile.name), 0, why);
+            }
+            (None, None) => {}
+        }
+    }
+    let narrowest = geom.c_per_group.min(geom.k_per_group);
+    if !depthwise {
+        let channels = format!("{} input and {} output channels per group", geom.c_per_group, geom.k_per_group);
+        match math {
+            MathClass::Fast if narrowest >= FAST_CUDNN_MIN_CHANNELS => {
+                let why = format!("{channels}: cuDNN's TF32 tensor-core kernels (its heuristic's first choice)");
+                return pick(Algorithm::CudnnHeuristic(MathClass::Fast), 0, why);
+            }
+            MathClass::Exact if narrowest >= EXACT_CUDNN_MIN_CHANNELS => {
+                if winograd_fits(conv) {
+                    let why = format!("{channels}, 3x3, unit stride: cuDNN's non-fused Winograd (FMA)");
+                    return pick(
+                        Algorithm::CudnnLegacy(Algo::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, Math::Fma),
+                        0,
+                        why,
+                    );
+                }
+                let why = format!("{channels}: cuDNN's exact kernels (its heuristic's first choice)");
+                return pick(Algorithm::CudnnHeuristic(MathClass::Exact), 0, why);
+            }
+            _ => {}
+        }
+    }
+    let tile = direct::choose_tile(conv, geom, sm_count);
+    let why = format!("{}x{} filter, {narrowest} channels per group: the direct kernel", conv.r, conv.s);
+    pick(Algorithm::Direct(tile.name), 0, why)
+}
+
+/// What the direct kernel falls back on when a heuristic's cuDNN choice does not build.
+pub fn fallback(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry) -> Choice {
+    let tile = direct::choose_tile(conv, geom, sm_count);
+    Choice {
+        algorithm: Algorithm::Direct(tile.name),
+        workspace: 0,
+        origin: Origin::Heuristic,
+        reason: "the direct kernel (the first choice did not build)".into(),
+        time_ms: None,
+    }
+}
+
+/// Where cuDNN's non-fused Winograd applies: 3x3, unit stride and dilation.
+fn winograd_fits(conv: &Conv2d) -> bool {
+    conv.r == 3 && conv.s == 3 && conv.stride == [1, 1] && conv.dilation == [1, 1]
+}

@@ -1,0 +1,257 @@
+//! The planner without a GPU: algorithm names, cache keys and files, Find's selection rule on
+//! synthetic timings, the heuristic's rules on the shipped suites' layers, and the bench's
+//! regression guard.
+
+use convkit::{
+    Conv2d,
+    conv::{
+        Algorithm,
+        cudnn::{
+            MathClass,
+            legacy::{ALGOS, Algo, Math},
+        },
+        direct, fft, fft_gemm,
+    },
+    harness::{bench::compare_baseline, suites},
+    plan::{
+        Origin,
+        cache::{self, CacheDocument, CacheEntry, CacheFile, DeviceKey},
+        find::{Trial, WORKSPACE_SLACK, select},
+        heuristic,
+    },
+};
+use std::{ffi::OsString, path::PathBuf};
+
+#[test]
+fn every_algorithm_reads_back_from_its_text() {
+    let mut all: Vec<Algorithm> = Vec::new();
+    all.extend(direct::variants().iter().map(|t| Algorithm::Direct(t.name)));
+    all.extend(fft::variants().iter().map(|t| Algorithm::Fft(t.name)));
+    all.extend(fft_gemm::sizes().iter().map(|s| Algorithm::FftGemm(s.name)));
+    all.push(Algorithm::CudnnEngine("eng67_k2=2_k13=0_k18=0_k25=1_k27=1_k28=1".into()));
+    all.push(Algorithm::CudnnHeuristic(MathClass::Exact));
+    all.push(Algorithm::CudnnHeuristic(MathClass::Fast));
+    for algo in ALGOS {
+        for math in [Math::Fma, Math::Default] {
+            all.push(Algorithm::CudnnLegacy(algo, math));
+        }
+    }
+    for a in &all {
+        let text = a.to_string();
+        assert_eq!(&text.parse::<Algorithm>().unwrap(), a, "{text}");
+    }
+    let legacy = Algorithm::CudnnLegacy(Algo::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, Math::Fma);
+    assert_eq!(legacy.to_string(), "cudnn-legacy:WINOGRAD_NONFUSED/FMA");
+    for bad in [
+        "",
+        "direct_fwd_k3_p1",
+        "fftgemm_7",
+        "cudnn:",
+        "cudnn:heuristic-tf32",
+        "cudnn-legacy:FFT",
+        "cudnn-legacy:FFT/TF32",
+    ] {
+        assert!(bad.parse::<Algorithm>().is_err(), "{bad:?} parsed");
+    }
+}
+
+#[test]
+fn the_cache_file_follows_the_environment() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| OsString::from(v))
+    };
+    assert_eq!(
+        cache::path_from(env(&[("CONVKIT_PLAN_CACHE", "/x/p.json"), ("HOME", "/h")])),
+        Some(PathBuf::from("/x/p.json"))
+    );
+    assert_eq!(
+        cache::path_from(env(&[("XDG_CACHE_HOME", "/c"), ("HOME", "/h")])),
+        Some(PathBuf::from("/c/convkit/plans.json"))
+    );
+    assert_eq!(cache::path_from(env(&[("HOME", "/h")])), Some(PathBuf::from("/h/.cache/convkit/plans.json")));
+    assert_eq!(
+        cache::path_from(env(&[("CONVKIT_PLAN_CACHE", ""), ("HOME", "/h")])),
+        Some(PathBuf::from("/h/.cache/convkit/plans.json"))
+    );
+    assert_eq!(cache::path_from(env(&[])), None);
+}
+
+fn device(driver: i32) -> DeviceKey {
+    DeviceKey { gpu: "NVIDIA H200".into(), arch: 90, driver, cudnn: 91900, convkit: cache::build_id().into() }
+}
+
+#[test]
+fn layer_keys_ignore_labels_and_separate_shapes_and_classes() {
+    let a: Conv2d = "name=a,n=8,c=64,h=28,w=28,k=64,r=3,s=3,pad=1,groups=4".parse().unwrap();
+    let b: Conv2d = "name=b,n=8,c=64,h=28,w=28,k=64,r=3,s=3,pad=1,groups=4".parse().unwrap();
+    let c: Conv2d = "n=8,c=64,h=28,w=28,k=64,r=3,s=3,pad=1,groups=8".parse().unwrap();
+    assert_eq!(cache::layer_key(&a, MathClass::Exact), cache::layer_key(&b, MathClass::Exact));
+    assert_ne!(cache::layer_key(&a, MathClass::Exact), cache::layer_key(&a, MathClass::Fast));
+    assert_ne!(cache::layer_key(&a, MathClass::Exact), cache::layer_key(&c, MathClass::Exact));
+    let key = cache::layer_key(&a, MathClass::Fast);
+    for part in ["layout=nchw", "dtype=f32", "math=fast", "epilogue=none", "groups=4"] {
+        assert!(key.contains(part), "{key}");
+    }
+}
+
+fn temp_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("convkit-cache-test-{}-{name}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    dir.join("sub").join("plans.json")
+}
+
+fn entry(layer: &str, algorithm: &str, driver: i32) -> CacheEntry {
+    CacheEntry {
+        device: device(driver),
+        layer: layer.into(),
+        algorithm: algorithm.into(),
+        workspace: 1 << 20,
+        time_ms: Some(0.5),
+    }
+}
+
+#[test]
+fn entries_survive_a_round_trip_and_match_only_their_own_versions() {
+    let path = temp_path("roundtrip");
+    let mut file = CacheFile::open(Some(path.clone()));
+    assert!(file.warning().is_none(), "a missing file is an empty cache");
+    file.insert(entry("L1", "fftgemm_56", 580)).unwrap();
+    file.insert(entry("L2", "cudnn-legacy:WINOGRAD_NONFUSED/FMA", 580)).unwrap();
+    file.insert(entry("L1", "fftconv_dw_72", 580)).unwrap(); // replaces
+    let again = CacheFile::open(Some(path.clone()));
+    assert!(again.warning().is_none());
+    assert_eq!(again.entries().len(), 2);
+    let choice = again.get(&device(580), "L1").unwrap().choice().unwrap();
+    assert_eq!(choice.algorithm, Algorithm::Fft("fftconv_dw_72"));
+    assert_eq!((choice.origin, choice.workspace, choice.time_ms), (Origin::CacheFile, 1 << 20, Some(0.5)));
+    assert!(again.get(&device(575), "L1").is_none(), "another driver is another key");
+    assert!(again.get(&device(580), "L3").is_none());
+    // No temporary file is left beside it.
+    let dir = path.parent().unwrap();
+    assert_eq!(std::fs::read_dir(dir).unwrap().count(), 1);
+    std::fs::remove_dir_all(dir.parent().unwrap()).ok();
+}
+
+#[test]
+fn writes_merge_what_another_process_wrote_meanwhile() {
+    let path = temp_path("merge");
+    let mut first = CacheFile::open(Some(path.clone()));
+    let mut second = CacheFile::open(Some(path.clone()));
+    first.insert(entry("A", "fftgemm_56", 580)).unwrap();
+    second.insert(entry("B", "fftgemm_64", 580)).unwrap();
+    let merged = CacheFile::open(Some(path.clone()));
+    assert!(merged.get(&device(580), "A").is_some() && merged.get(&device(580), "B").is_some());
+    std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap()).ok();
+}
+
+#[test]
+fn corrupt_foreign_and_stale_files_are_ignored_with_a_warning_and_left_alone() {
+    let current = serde_json::json!({ "format": cache::FORMAT, "version": cache::VERSION, "entries": [] }).to_string();
+    assert!(CacheDocument::parse(&current).is_ok());
+    let cases = [
+        ("corrupt", "{\"format\": \"convkit-plan-cache\", \"version\": 1, \"entries\": [".to_owned(), "not valid JSON"),
+        ("foreign", "{\"name\": \"my settings\"}".to_owned(), "not a convkit plan cache"),
+        ("stale", serde_json::json!({ "format": cache::FORMAT, "version": 0, "entries": [] }).to_string(), "version"),
+        (
+            "malformed",
+            serde_json::json!({ "format": cache::FORMAT, "version": cache::VERSION, "entries": [1] }).to_string(),
+            "malformed",
+        ),
+    ];
+    for (name, text, why) in cases {
+        let path = temp_path(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &text).unwrap();
+        let mut file = CacheFile::open(Some(path.clone()));
+        let warning = file.warning().unwrap_or_else(|| panic!("{name}: no warning")).to_owned();
+        assert!(warning.contains(why), "{name}: {warning}");
+        assert!(file.entries().is_empty());
+        file.insert(entry("L", "fftgemm_56", 580)).unwrap();
+        assert!(file.get(&device(580), "L").is_some(), "{name}: kept in memory");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "{name}: the file was overwritten");
+        std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap()).ok();
+    }
+}
+
+#[test]
+fn an_entry_naming_an_unknown_algorithm_gives_no_choice() {
+    assert!(entry("L", "direct_fwd_k16_p1", 580).choice().is_none());
+    assert!(entry("L", "cudnn-legacy:WINOGRAD_NONFUSED/FMA", 580).choice().is_some());
+}
+
+fn trial(ms: Option<f64>, workspace: usize) -> Trial {
+    Trial {
+        algorithm: Algorithm::CudnnEngine(format!("eng{workspace}")),
+        class: MathClass::Exact,
+        workspace,
+        screen_ms: ms,
+        ms,
+        error: None,
+    }
+}
+
+#[test]
+fn find_takes_the_fastest_or_the_leanest_within_its_slack() {
+    let trials =
+        [trial(Some(1.00), 1000), trial(Some(1.05), 10), trial(Some(1.08), 0), trial(None, 0), trial(Some(2.0), 0)];
+    assert_eq!(select(&trials, false), Some(0));
+    assert_eq!(select(&trials, true), Some(2), "least workspace within {WORKSPACE_SLACK}");
+    let far = [trial(Some(1.0), 1000), trial(Some(1.0 + WORKSPACE_SLACK + 0.01), 0)];
+    assert_eq!(select(&far, true), Some(0));
+    let tie = [trial(Some(1.02), 0), trial(Some(1.0), 1000), trial(Some(1.01), 0)];
+    assert_eq!(select(&tie, true), Some(2), "equal workspace: the faster");
+    assert_eq!(select(&[trial(None, 0)], true), None);
+    assert_eq!(select(&[], true), None);
+}
+
+fn suite_layer(suite: &str, label: &str) -> Conv2d {
+    suites::load_suite(suite).unwrap().into_iter().find(|c| c.name.as_deref() == Some(label)).unwrap()
+}
+
+#[test]
+fn the_heuristic_follows_the_measured_rules() {
+    let choose = |suite: &str, label: &str, math: MathClass, limit: usize| {
+        let conv = suite_layer(suite, label);
+        let geom = conv.geometry().unwrap();
+        let choice = heuristic::choose(132, &conv, &geom, math, limit);
+        assert_eq!(choice.origin, Origin::Heuristic);
+        assert!(!choice.reason.is_empty());
+        choice.algorithm
+    };
+    let gib = 1 << 30;
+    for math in [MathClass::Exact, MathClass::Fast] {
+        // Large depthwise filters with enough blocks: the fused FFT; few blocks: tiled.
+        for label in ["replk-dw31-c128-56", "replk-dw13-c1024-7", "slak-dw51-c96-56", "f45-n64-96"] {
+            assert!(matches!(choose("large-kernel", label, math, gib), Algorithm::Fft(_)), "{label}");
+        }
+        for label in ["f45-n1-96", "f45-n8-96", "dense15-c64-128", "dense31-c64-128"] {
+            assert!(matches!(choose("large-kernel", label, math, gib), Algorithm::FftGemm(_)), "{label}");
+        }
+        // Small filters and few channels per group: the direct kernel.
+        for label in ["rnx50-c128-56", "dw3x3-c256-56", "convnext-dw7-c768-7", "mbv2-dw-c96-112-s2"] {
+            assert!(matches!(choose("default", label, math, gib), Algorithm::Direct(_)), "{label} {math:?}");
+        }
+    }
+    // 16 and 32 channels per group: cuDNN's TF32 kernels in the fast class, ours in the exact.
+    for label in ["rnx50-c512-14", "rnx50-c1024-7"] {
+        assert_eq!(choose("default", label, MathClass::Fast, gib), Algorithm::CudnnHeuristic(MathClass::Fast));
+        assert!(matches!(choose("default", label, MathClass::Exact, gib), Algorithm::Direct(_)), "{label}");
+    }
+    // Dense 3x3: cuDNN in both classes, its non-fused Winograd in the exact one.
+    let winograd = Algorithm::CudnnLegacy(Algo::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, Math::Fma);
+    assert_eq!(choose("default", "dense3x3-c256-56", MathClass::Exact, gib), winograd);
+    assert_eq!(choose("default", "dense3x3-c256-56", MathClass::Fast, gib), Algorithm::CudnnHeuristic(MathClass::Fast));
+    // Without workspace the tiled FFT does not fit a dense layer; depthwise needs none.
+    assert!(!matches!(choose("large-kernel", "dense15-c64-128", MathClass::Exact, 0), Algorithm::FftGemm(_)));
+    assert!(matches!(choose("large-kernel", "f45-n1-96", MathClass::Exact, 0), Algorithm::FftGemm(_)));
+}
+
+#[test]
+fn the_regression_guard_fails_only_beyond_its_threshold() {
+    let base = vec![("a".to_owned(), 1.0), ("b".to_owned(), 2.0), ("gone".to_owned(), 1.0)];
+    let now = vec![("a".to_owned(), 1.049), ("b".to_owned(), 2.2), ("new".to_owned(), 1.0)];
+    let v = compare_baseline(&now, &base, 0.05);
+    let verdict = |l: &str| v.iter().find(|v| v.label == l).unwrap().verdict();
+    assert_eq!([verdict("a"), verdict("b"), verdict("new"), verdict("gone")], ["ok", "SLOWER", "new", "not run"]);
+    assert_eq!(v.iter().filter(|v| v.regressed).count(), 1);
+}
