@@ -595,7 +595,7 @@ fn plans_compute_the_convolution_and_find_fills_a_cache_that_a_new_planner_reads
     // (fused FFT), dense with a large filter (tiled FFT), dense 3x3 (cuDNN).
     let layers: [Conv2d; 4] = [
         "n=4,c=64,h=28,w=28,k=64,r=3,s=3,pad=1,groups=16".parse().unwrap(),
-        "n=8,c=32,h=40,w=40,k=32,r=31,s=31,pad=15,groups=32".parse().unwrap(),
+        "n=16,c=64,h=48,w=48,k=64,r=31,s=31,pad=15,groups=64".parse().unwrap(),
         "n=1,c=16,h=64,w=64,k=16,r=15,s=15,pad=7".parse().unwrap(),
         "n=4,c=128,h=28,w=28,k=128,r=3,s=3,pad=1".parse().unwrap(),
     ];

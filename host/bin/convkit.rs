@@ -342,6 +342,9 @@ struct BenchArgs {
     /// Print every candidate of every layer.
     #[arg(long, short)]
     verbose: bool,
+    /// Leave out the planner's choices (timed by default, through the Plan API, in both classes).
+    #[arg(long)]
+    no_plans: bool,
     /// A stored result (`--json` of an earlier run): exit 1 if a layer of ours got slower by more
     /// than --max-slowdown.
     #[arg(long, value_name = "FILE")]
@@ -548,6 +551,7 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
         workspace_bytes: (args.workspace_mib as usize).saturating_mul(1 << 20),
         tile: args.tile,
         heuristics: ALL_HEURISTICS.to_vec(),
+        plans: !args.no_plans,
     };
     let seed = args.timing.seed.unwrap_or_else(clock_seed);
     let mut info = RunInfo::collect(&gpu, seed)?;
@@ -631,6 +635,27 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
             ours.worst_ratio
         );
     }
+    if last.iter().any(|r| !r.plans.is_empty()) {
+        println!(
+            "\nthrough the Plan API (the planner's heuristic, no timing): each class's plan against cuDNN's best in it"
+        );
+        println!("| layer | exact plan | ms | vs cuDNN exact | fast plan | ms | vs cuDNN fast |");
+        println!("| --- | --- | ---: | ---: | --- | ---: | ---: |");
+        for r in last {
+            let cells = |class| {
+                let plan = r.plan(class).and_then(|p| Some((p, p.timing.as_ref()?.p50)));
+                let theirs = r.best(class).and_then(|c| c.timing.as_ref()).map(|t| t.p50);
+                match plan {
+                    Some((p, ms)) => {
+                        let ratio = theirs.map_or("-".to_owned(), |t| format!("{:.2}x", t / ms));
+                        format!("{} | {ms:.3} | {ratio}", p.name)
+                    }
+                    None => "- | - | -".to_owned(),
+                }
+            };
+            println!("| {} | {} | {} |", r.label, cells(MathClass::Exact), cells(MathClass::Fast));
+        }
+    }
     if repeats > 1 {
         println!("\nspread over {repeats} runs of the suite (fresh inputs each): min / median / max of each ratio");
         println!("| layer | vs exact | vs fast |");
@@ -686,7 +711,7 @@ fn run_plan(device: usize, args: &PlanArgs) -> Result<ExitCode, Error> {
     let choice = planner.choose(conv, &opts)?;
     let decided_us = started.elapsed().as_secs_f64() * 1e6;
     if args.verbose {
-        let report = planner.find(conv, &opts, &plan::find::QUICK, &[])?;
+        let report = planner.find(conv, &opts, &plan::find::QUICK, &[], None)?;
         println!("| candidate | workspace MiB | screen ms | ms | |");
         println!("| --- | ---: | ---: | ---: | --- |");
         let mut trials: Vec<_> = tune::TrialRow::of(&report);
@@ -740,9 +765,13 @@ fn run_tune(device: usize, args: &TuneArgs) -> Result<ExitCode, Error> {
     let bar = progress(layers.len() * classes.len(), "tune");
     let mut rows: Vec<TuneRow> = Vec::new();
     for conv in &layers {
+        // The fast class's candidates include the exact class's: its search reuses their screening.
+        let mut screened = None;
         for &math in classes {
             bar.set_message(format!("{} ({})", conv.label(), math.name()));
-            rows.push(tune::tune_layer(&planner, conv, math, args.evaluate)?);
+            let (row, report) = tune::tune_layer(&planner, conv, math, args.evaluate, screened.as_ref())?;
+            rows.push(row);
+            screened = Some(report);
             bar.inc(1);
         }
     }

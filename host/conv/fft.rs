@@ -65,6 +65,19 @@ pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry) -> Result<FftConvTile> {
     })
 }
 
+/// A rough time in seconds for `conv` with `tile`, on the model of the tiled FFT convolution's
+/// estimate (one launch, DRAM traffic, the blocks' two transforms: see
+/// [`super::fft_gemm::transforms_s`]), so that the two compare. Whole images transform faster
+/// per point than tiles: at 4b7c1e0 the fused kernels took 0.75x of that model's transform
+/// time on five of the six `large-kernel` layers they ran (within 12%; 13x13 on 7x7 images
+/// took 1.7x).
+pub fn estimate_s(conv: &Conv2d, geom: &ConvGeometry, tile: &FftConvTile) -> f64 {
+    let blocks = conv.c as u64 * conv.n.div_ceil(2) as u64;
+    let dram = 4.0 * (geom.x_len + geom.y_len) as f64;
+    let transforms = 0.75 * super::fft_gemm::transforms_s(tile.side(), blocks, 2.0);
+    super::fft_gemm::LAUNCH_S + dram / 4.3e12 + transforms
+}
+
 /// The kernels' parameters for `conv`; the addresses are filled in at launch.
 pub fn params(conv: &Conv2d, geom: &ConvGeometry) -> FftConvParams {
     // `Conv2d::geometry` has checked that every value below fits its 32-bit field.

@@ -43,9 +43,9 @@ pub struct FftGemmShape {
     /// Bytes of a run's input spectra; its output spectra follow at the next 256-byte boundary.
     pub input_bytes: usize,
     pub output_bytes: usize,
-    /// A rough time in seconds, what [`choose`] minimises: DRAM traffic at 4.3 TB/s, the
-    /// transforms' waves of blocks on an H200's 132 SMs, the GEMM at a rate for the cgemm
-    /// family it gets (see [`gemm_rate`]).
+    /// A rough time in seconds, what [`choose`] minimises: a fixed cost per launch, DRAM
+    /// traffic at 4.3 TB/s, the transforms' blocks on an H200's 132 SMs ([`transforms_s`]), the
+    /// GEMM at a rate for the cgemm family it gets (see [`gemm_rate`]).
     pub estimate_s: f64,
 }
 
@@ -109,15 +109,10 @@ pub fn shape(conv: &Conv2d, geom: &ConvGeometry, size: &FftGemmSize) -> std::res
         estimate_s: 0.0,
     };
     let dram = (filter_bytes + 2 * (input_bytes + output_bytes)) as f64 + 4.0 * (geom.x_len + geom.y_len) as f64;
-    // A block's transform (forward or inverse) of T² points: about 0.12 ns per point and
-    // radix-2 stage on the H200 (a lone fused block of 120² took 23 µs).
-    let transform_s = 0.12e-9 * bins as f64 * (t as f64).log2();
-    let resident = (228 * 1024 / (size.smem_bytes() + 1024)).clamp(1, 2048 / size.threads) as u64;
-    let waves = |blocks: u64| blocks.div_ceil(MODEL_SMS * resident) as f64;
-    let transforms = if fused {
-        waves(pairs * conv.c as u64) * 2.0 * transform_s
+    let (transforms, launches) = if fused {
+        (transforms_s(t, pairs * conv.c as u64, 2.0), 1.0)
     } else {
-        (waves(pairs * conv.c as u64) + waves(pairs * conv.k as u64)) * transform_s
+        (transforms_s(t, pairs * conv.c as u64, 1.0) + transforms_s(t, pairs * conv.k as u64, 1.0), 3.0)
     };
     let gemm_s = if fused {
         0.0
@@ -126,12 +121,25 @@ pub fn shape(conv: &Conv2d, geom: &ConvGeometry, size: &FftGemmSize) -> std::res
         g.validate().map_err(|e| format!("its per-frequency product: {e}"))?;
         8.0 * bins as f64 * (conv.k * geom.c_per_group) as f64 * pairs as f64 / gemm_rate(&g)
     };
-    shape.estimate_s = dram / 4.3e12 + transforms + gemm_s;
+    shape.estimate_s = launches * LAUNCH_S + dram / 4.3e12 + transforms + gemm_s;
     Ok(shape)
 }
 
 /// SMs the estimate assumes (an H200's).
 const MODEL_SMS: u64 = 132;
+/// A launch's fixed cost in the estimates: the fastest FFT convolution measured, a few dozen
+/// small blocks, took 8.4 µs (host-free, H200).
+pub const LAUNCH_S: f64 = 4e-6;
+
+/// The time the H200 takes for `blocks` blocks each running `transforms` 2D transforms of
+/// side `t`. Fitted at 4b7c1e0 to the depthwise FFT convolutions of the 45x45 layer (sides
+/// 48-120, 13-576 blocks, within 15%): an SM gets through about one radix-2 stage of a point
+/// per 0.105 ns whatever its block count and block size (a lone block runs 1024 threads,
+/// see `Gpu::block_threads`), and a grid with fewer blocks than SMs still costs one block.
+pub fn transforms_s(t: u32, blocks: u64, transforms: f64) -> f64 {
+    let per_block = 0.105e-9 * transforms * (t as f64 * t as f64) * (t as f64).log2();
+    (blocks as f64 / MODEL_SMS as f64).max(1.0) * per_block
+}
 
 /// FLOP/s the estimate expects of the cgemm on `g`, by the family its heuristic picks
 /// (measured on the H200 at e3e184b: a Large tile ran the 64 x 8 x 64 products at about

@@ -28,6 +28,7 @@ use crate::{
         fft::{self, FftConvPlan},
         fft_gemm::{self, FftGemmPlan},
     },
+    plan::{Plan, PlanOptions, Planner},
 };
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
 use kernels_gpu::{
@@ -61,12 +62,16 @@ pub struct BenchOptions {
     /// Heuristic modes of cuDNN's graph API to draw engine configurations from.
     #[serde(skip)]
     pub heuristics: Vec<HeurMode>,
+    /// Also time what the planner's heuristic picks in each class, through [`Plan::forward`].
+    pub plans: bool,
 }
 
 /// Where an implementation comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Source {
     Convkit,
+    /// The planner's heuristic choice in a class, run through the Plan API.
+    Plan,
     CudnnEngine,
     CudnnLegacy,
 }
@@ -159,6 +164,8 @@ pub struct LayerResult {
     pub fft: Option<&'static str>,
     /// The tiled FFT convolution's transform, where it computes the layer.
     pub fft_gemm: Option<&'static str>,
+    /// Indices of the planner's choices (exact class, fast class), where `plans` was set.
+    pub plans: Vec<usize>,
     /// Index of cuDNN's fastest timed candidate in the exact class.
     pub best_exact: Option<usize>,
     /// Index of cuDNN's fastest timed candidate with TF32 allowed: of either class, since
@@ -226,9 +233,15 @@ impl LayerResult {
         self.flops / (self.ours_ms() * 1e-3) * 1e-9
     }
 
-    /// Whether every one of our candidates passed its bound.
+    /// Whether every one of our candidates (and the plans) passed its bound.
     pub fn ours_correct(&self) -> bool {
-        self.convkit().iter().all(|c| c.violations == 0 && c.excluded.is_none())
+        let plans = self.plans.iter().map(|&i| &self.candidates[i]);
+        self.convkit().iter().chain(plans).all(|c| c.violations == 0 && c.excluded.is_none())
+    }
+
+    /// The plan of a class, where one ran.
+    pub fn plan(&self, class: MathClass) -> Option<&Candidate> {
+        self.plans.iter().map(|&i| &self.candidates[i]).find(|c| c.class == class)
     }
 }
 
@@ -268,13 +281,14 @@ impl Arena {
 }
 
 /// How a candidate runs.
-enum Runner {
+enum Runner<'g> {
     Direct(DirectTile),
     /// One plan per copy of the weights in the arena.
     Fft(Vec<FftConvPlan>),
     FftGemm(Vec<FftGemmPlan>),
     Engine(EnginePlan),
     Legacy(LegacyChoice),
+    Plan(Box<Plan<'g>>),
 }
 
 /// What a candidate's launch needs.
@@ -288,8 +302,8 @@ struct Env<'a, 'g> {
     legacy: Option<LegacyConv<'g>>,
 }
 
-impl Env<'_, '_> {
-    fn run(&mut self, runner: &Runner, launch: usize) -> Result<()> {
+impl<'g> Env<'_, 'g> {
+    fn run(&mut self, runner: &Runner<'g>, launch: usize) -> Result<()> {
         let (gpu, stream, conv) = (self.gpu, self.stream, self.conv);
         let set = launch % self.arena.sets;
         let (x, w, mut y) = self.arena.set(set);
@@ -305,11 +319,12 @@ impl Env<'_, '_> {
                 let legacy = self.legacy.as_ref().expect("legacy candidates come with their descriptors");
                 legacy.forward(choice, &x, &w, &mut y, self.workspace)
             }
+            Runner::Plan(plan) => plan.forward(&x, &mut y, self.workspace),
         }
     }
 
     /// Runs `runner` once into poisoned outputs and compares set 0 with the reference.
-    fn validate(&mut self, runner: &Runner, truth: &GpuReference, bound: Tolerance) -> Result<CompareStats> {
+    fn validate(&mut self, runner: &Runner<'g>, truth: &GpuReference, bound: Tolerance) -> Result<CompareStats> {
         self.gpu.poison(&mut self.arena.y)?;
         self.run(runner, 0)?;
         let (_, _, y0) = self.arena.set(0);
@@ -415,6 +430,32 @@ impl<'g> Bench<'g> {
                 None
             }
         };
+        // The planner's heuristic choice in each class, through the Plan API (set 0's weights).
+        let mut plans = Vec::new();
+        if self.opts.plans {
+            let planner = Planner::with_cache_file(gpu, None)?;
+            for math in [MathClass::Exact, MathClass::Fast] {
+                let opts = PlanOptions { math, workspace_limit: Some(env.workspace.len()), ..PlanOptions::default() };
+                let plan = {
+                    let (_, w0, _) = env.arena.set(0);
+                    planner.plan(&self.stream, conv, &opts, &w0)?
+                };
+                let bound = match plan.algorithm().family() {
+                    "direct" => Tolerance::f32_sum(geom.taps(conv) as u64),
+                    "fft" | "fft-gemm" => fft_bound(&mut env)?,
+                    _ if plan.class() == MathClass::Exact => CUDNN_EXACT,
+                    _ => CUDNN_FAST,
+                };
+                let name = plan.algorithm().to_string();
+                let notes = format!("the plan in the {} class", math.name());
+                let mut candidate = Candidate::new(name, Source::Plan, math, notes, plan.workspace_bytes());
+                let runner = Runner::Plan(Box::new(plan));
+                candidate.record(&env.validate(&runner, &truth, bound)?);
+                plans.push(candidates.len());
+                candidates.push(candidate);
+                runners.push(runner);
+            }
+        }
         let ours_count = runners.len();
 
         // cuDNN's graph API: every configuration of every heuristic mode.
@@ -546,6 +587,7 @@ impl<'g> Bench<'g> {
             candidates,
             fft: fft_tile,
             fft_gemm: fft_gemm_size,
+            plans,
             best_exact,
             best_fast,
             engine_configs,

@@ -2,10 +2,12 @@
 //! `--evaluate` the planner's three figures: Find's choice against an exhaustive search, the
 //! heuristic's choice against Find's, and how long deciding takes.
 //!
-//! The evaluation is one more, longer search ([`find::THOROUGH`]: more finalists, three times
-//! the rounds) in which the heuristic's choice and Find's are finalists whatever their
-//! screening; both ratios come from its interleaved medians, so the compared times share one
-//! measurement. Its own choice follows the same rule as Find's ([`find::select`]).
+//! The evaluation is one more, longer search ([`find::THOROUGH`]: twice the finalists of Find's
+//! screening, three times the rounds) in which the heuristic's choice and Find's are finalists
+//! whatever their screening; both ratios come from its interleaved medians, so the compared
+//! times share one measurement. It reuses Find's screening (the slowest part: cuDNN proposes
+//! configurations that take seconds a launch) and follows the same rule as Find's choice
+//! ([`find::select`]).
 
 use crate::{
     Conv2d, Gpu, Result,
@@ -102,8 +104,16 @@ impl Evaluation {
     }
 }
 
-/// Tunes `conv` in `math` with `planner` (whose cache file receives Find's choice).
-pub fn tune_layer(planner: &Planner, conv: &Conv2d, math: MathClass, evaluate: bool) -> Result<TuneRow> {
+/// Tunes `conv` in `math` with `planner` (whose cache file receives Find's choice), reusing the
+/// screening of `screened`, a search of the same layer in another class; returns Find's report
+/// with the row, for the next class.
+pub fn tune_layer(
+    planner: &Planner,
+    conv: &Conv2d,
+    math: MathClass,
+    evaluate: bool,
+    screened: Option<&FindReport>,
+) -> Result<(TuneRow, FindReport)> {
     let gpu = planner.gpu();
     let heuristic_opts = PlanOptions { math, mode: Mode::Heuristic, ..PlanOptions::default() };
     let find_opts = PlanOptions { mode: Mode::Find, ..heuristic_opts.clone() };
@@ -117,7 +127,7 @@ pub fn tune_layer(planner: &Planner, conv: &Conv2d, math: MathClass, evaluate: b
     let heuristic = Planner::with_cache_file(gpu, None)?.choose(conv, &heuristic_opts)?;
     let heuristic_built = built(planner, conv, &heuristic, &heuristic_opts)?;
 
-    let report = planner.find(conv, &find_opts, &find::QUICK, &[])?;
+    let report = planner.find(conv, &find_opts, &find::QUICK, &[], screened)?;
     let cached_us = median_us(DECISIONS, || {
         let started = Instant::now();
         planner.choose(conv, &find_opts)?;
@@ -138,12 +148,12 @@ pub fn tune_layer(planner: &Planner, conv: &Conv2d, math: MathClass, evaluate: b
     let evaluation = if evaluate {
         let must = [heuristic_built.clone(), report.choice.algorithm.clone()];
         let limit = planner.workspace_limit(&find_opts);
-        let exhaustive = find::search(planner, conv, &find_opts, limit, &find::THOROUGH, &must)?;
+        let exhaustive = find::search(planner, conv, &find_opts, limit, &find::THOROUGH, &must, Some(&report))?;
         Some(evaluation(&exhaustive, &report, &heuristic_built)?)
     } else {
         None
     };
-    Ok(TuneRow {
+    let row = TuneRow {
         label: conv.label(),
         spec: conv.to_string(),
         math: math.name(),
@@ -159,7 +169,8 @@ pub fn tune_layer(planner: &Planner, conv: &Conv2d, math: MathClass, evaluate: b
         file_us,
         evaluation,
         trials: TrialRow::of(&report),
-    })
+    };
+    Ok((row, report))
 }
 
 /// The algorithm a choice runs once built (where it builds; else the plan's fallback).

@@ -100,7 +100,8 @@ pub fn select(trials: &[Trial], prefer_less_workspace: bool) -> Option<usize> {
 
 /// Searches `conv` in `opts.math` within `limit` bytes of workspace. The heuristic's choice is
 /// screened first (so that it sets the pace for the early cut) and `must` (resolved
-/// algorithms) are finalists whatever their screening.
+/// algorithms) are finalists whatever their screening. With `screened`, an earlier search of
+/// the same layer and class, its screening is reused: only the interleaved rounds run again.
 pub fn search(
     planner: &Planner,
     conv: &Conv2d,
@@ -108,6 +109,7 @@ pub fn search(
     limit: usize,
     effort: &Effort,
     must: &[Algorithm],
+    screened: Option<&FindReport>,
 ) -> Result<FindReport> {
     let started = Instant::now();
     let gpu = planner.gpu();
@@ -170,6 +172,11 @@ pub fn search(
     let mut queue = GpuQueue::new(gpu, &stream)?;
     let mut fastest = f64::INFINITY;
     for (i, plan) in plans.iter().enumerate() {
+        let earlier = screened.and_then(|r| r.trials.iter().find(|t| t.algorithm == *plan.algorithm()));
+        if let Some(earlier) = earlier {
+            (trials[i].screen_ms, trials[i].error) = (earlier.screen_ms, earlier.error.clone());
+            continue;
+        }
         match screen(&mut queue, effort.screen_reps, fastest, &mut |_, n| run(plan, n)) {
             Ok(samples) => {
                 let ms = samples.median();

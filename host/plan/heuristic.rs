@@ -1,11 +1,14 @@
 //! The default decision: rules fitted to the H200 measurements in `benches/results/` (the
 //! `default` and `large-kernel` suites; `benches/NOTES.md`, "Planner"), with no GPU work.
 //!
-//! - Filters of at least [`FFT_MIN_TAPS`] taps go to an FFT convolution: a depthwise layer
-//!   to the fused whole-image kernel when it has enough (channel, image pair) blocks to
-//!   occupy the GPU (at least one per [`FUSED_SMS_PER_BLOCK`] SMs), else to the tiled one,
-//!   whose tiles supply the blocks; other layers to the tiled one, its tile size by its cost
-//!   estimate. Measured: 3.9-61x faster than cuDNN's best and 1.5-42x than the direct kernel.
+//! - Filters of at least [`FFT_MIN_TAPS`] taps go to an FFT convolution: the fused
+//!   whole-image kernel (depthwise layers) or the tiled one at one of its tile sizes, whichever
+//!   the shared cost model ([`fft_gemm::transforms_s`]) estimates faster. Measured: 3.9-61x
+//!   faster than cuDNN's best and 1.5-42x than the direct kernel.
+//! - Layers with few outputs and long reductions ([`TINY_OUTPUTS`], [`TINY_MIN_TAPS`]) go to
+//!   cuDNN's implicit GEMM: the direct kernel gives each thread a whole reduction, which a
+//!   grid of a few thousand outputs cannot hide (a 5040-output layer with 72 taps per output:
+//!   13 µs direct, 6.6 µs cuDNN).
 //! - Smaller filters with many channels per group go to cuDNN: in the fast class from
 //!   [`FAST_CUDNN_MIN_CHANNELS`] (its TF32 implicit GEMMs: 0.047 against our 0.081 ms at 16 per
 //!   group, 0.082 against 0.140 ms the other way at 4), in the exact class from
@@ -29,9 +32,10 @@ use crate::{
 /// Filter taps (R·S) from which an FFT convolution is chosen (13x13 depthwise measured 1.5x
 /// faster through the fused FFT than directly; 7x7 2x slower).
 pub const FFT_MIN_TAPS: usize = 121;
-/// The fused whole-image FFT takes a depthwise layer with at least one block per this many SMs
-/// (the 45x45 layer: 32 blocks fused 0.023 ms against tiled 0.028; 4 blocks 0.023 against 0.012).
-pub const FUSED_SMS_PER_BLOCK: u32 = 8;
+/// Outputs up to which a layer counts as tiny.
+pub const TINY_OUTPUTS: usize = 32 << 10;
+/// Taps per output (C/G·R·S) from which a tiny layer goes to cuDNN.
+pub const TINY_MIN_TAPS: usize = 32;
 /// Channels per group (input and output) from which cuDNN's TF32 kernels are chosen in the
 /// fast class.
 pub const FAST_CUDNN_MIN_CHANNELS: usize = 16;
@@ -53,29 +57,32 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
     let depthwise = conv.groups == conv.c && conv.k == conv.c;
     if taps >= FFT_MIN_TAPS {
         let filter = format!("{}x{} filter", conv.r, conv.s);
-        let fused = fft::choose_tile(conv, geom).ok();
-        let blocks = conv.c as u64 * conv.n.div_ceil(2) as u64;
+        let fused = fft::choose_tile(conv, geom).ok().map(|tile| (fft::estimate_s(conv, geom, &tile), tile));
         let tiled = fft_gemm::choose(conv, geom, FFT_GEMM_PLAN_LIMIT, workspace_limit).ok();
         match (fused, tiled) {
-            (Some(tile), _) if blocks * FUSED_SMS_PER_BLOCK as u64 >= sm_count as u64 => {
-                let why = format!("depthwise {filter}, {blocks} (channel, image pair) blocks: the fused FFT");
+            (Some((fused_s, tile)), tiled) if tiled.is_none_or(|t| fused_s <= t.estimate_s) => {
+                let why = format!("depthwise {filter}: the fused FFT (estimate {:.1} us)", fused_s * 1e6);
                 return pick(Algorithm::Fft(tile.name), 0, why);
             }
             (_, Some(shape)) => {
                 let why = format!(
-                    "{filter}: the tiled FFT, {}x{} tiles of {}x{} outputs (the cheapest size by its estimate)",
-                    shape.tiles[0], shape.tiles[1], shape.tile[0], shape.tile[1]
+                    "{filter}: the tiled FFT, {}x{} tiles of {}x{} outputs (estimate {:.1} us, the least)",
+                    shape.tiles[0],
+                    shape.tiles[1],
+                    shape.tile[0],
+                    shape.tile[1],
+                    shape.estimate_s * 1e6
                 );
                 return pick(Algorithm::FftGemm(shape.size.name), shape.workspace_bytes(), why);
             }
-            (Some(tile), None) => {
-                let why = format!("depthwise {filter}: the fused FFT (the tiled one does not fit the limits)");
-                return pick(Algorithm::Fft(tile.name), 0, why);
-            }
-            (None, None) => {}
+            _ => {}
         }
     }
     let narrowest = geom.c_per_group.min(geom.k_per_group);
+    if geom.y_len <= TINY_OUTPUTS && geom.taps(conv) >= TINY_MIN_TAPS {
+        let why = format!("{} outputs of {} taps each: cuDNN's implicit GEMM (FMA)", geom.y_len, geom.taps(conv));
+        return pick(Algorithm::CudnnLegacy(Algo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, Math::Fma), 0, why);
+    }
     if !depthwise {
         let channels = format!("{} input and {} output channels per group", geom.c_per_group, geom.k_per_group);
         match math {

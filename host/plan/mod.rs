@@ -195,7 +195,7 @@ impl<'g> Planner<'g> {
                 if let Some(choice) = lock(&self.memory).get(&key).filter(|c| usable(c)) {
                     return Ok(choice.clone());
                 }
-                self.find(conv, opts, &find::QUICK, &[])?.choice
+                self.find(conv, opts, &find::QUICK, &[], None)?.choice
             }
         };
         lock(&self.memory).insert(key, choice.clone());
@@ -203,16 +203,18 @@ impl<'g> Planner<'g> {
     }
 
     /// Times the candidates for `conv` now (whatever the caches hold) with `effort`, `must`
-    /// among the finalists (see [`find::search`]), and remembers the choice in both caches.
+    /// among the finalists, the screening of `screened` reused (see [`find::search`]), and
+    /// remembers the choice in both caches.
     pub fn find(
         &self,
         conv: &Conv2d,
         opts: &PlanOptions,
         effort: &find::Effort,
         must: &[Algorithm],
+        screened: Option<&find::FindReport>,
     ) -> Result<find::FindReport> {
         let limit = self.workspace_limit(opts);
-        let report = find::search(self, conv, opts, limit, effort, must)?;
+        let report = find::search(self, conv, opts, limit, effort, must, screened)?;
         let key = cache::layer_key(conv, opts.math);
         let entry = CacheEntry::new(&self.device, &key, &report.choice);
         if let Err(e) = lock(&self.file).insert(entry) {
