@@ -13,6 +13,7 @@ use super::{Choice, Origin};
 use crate::{Conv2d, Error, Gpu, Result, conv::cudnn::MathClass};
 use serde::{Deserialize, Serialize};
 use std::{
+    collections::HashMap,
     io::Write,
     path::{Path, PathBuf},
 };
@@ -40,7 +41,7 @@ pub fn path_from(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<Pat
 }
 
 /// Everything about the machine and the build that a measured choice depends on.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DeviceKey {
     pub gpu: String,
     /// Compute capability x 10.
@@ -150,6 +151,8 @@ impl CacheDocument {
 pub struct CacheFile {
     path: Option<PathBuf>,
     doc: CacheDocument,
+    /// Each entry's position by (device, layer): a decision from the file is a hash lookup.
+    index: HashMap<(DeviceKey, String), usize>,
     /// Why the file is ignored (then it is never written either).
     warning: Option<String>,
 }
@@ -157,16 +160,23 @@ pub struct CacheFile {
 impl CacheFile {
     /// Reads `path` (a missing file is an empty cache; `None` keeps the cache in memory).
     pub fn open(path: Option<PathBuf>) -> Self {
-        let Some(path) = path else {
-            return CacheFile { path: None, doc: CacheDocument::empty(), warning: None };
+        let (doc, warning) = match &path {
+            None => (CacheDocument::empty(), None),
+            Some(path) => match read(path) {
+                Ok(doc) => (doc, None),
+                Err(why) => {
+                    (CacheDocument::empty(), Some(format!("ignoring the plan cache {}: {why}", path.display())))
+                }
+            },
         };
-        match read(&path) {
-            Ok(doc) => CacheFile { path: Some(path), doc, warning: None },
-            Err(why) => {
-                let warning = Some(format!("ignoring the plan cache {}: {why}", path.display()));
-                CacheFile { path: Some(path), doc: CacheDocument::empty(), warning }
-            }
-        }
+        let mut file = CacheFile { path, doc, index: HashMap::new(), warning };
+        file.reindex();
+        file
+    }
+
+    fn reindex(&mut self) {
+        let keys = self.doc.entries.iter().enumerate().map(|(i, e)| ((e.device.clone(), e.layer.clone()), i));
+        self.index = keys.collect();
     }
 
     pub fn path(&self) -> Option<&Path> {
@@ -182,7 +192,8 @@ impl CacheFile {
     }
 
     pub fn get(&self, device: &DeviceKey, layer: &str) -> Option<&CacheEntry> {
-        self.doc.find(device, layer).map(|i| &self.doc.entries[i])
+        // The tuple key needs owned parts; a layer key is a short string.
+        self.index.get(&(device.clone(), layer.to_owned())).map(|&i| &self.doc.entries[i])
     }
 
     /// Adds or replaces an entry and writes the file.
@@ -191,6 +202,7 @@ impl CacheFile {
             Some(i) => self.doc.entries[i] = entry.clone(),
             None => self.doc.entries.push(entry.clone()),
         }
+        self.reindex();
         self.write(Some(entry), None)
     }
 
@@ -198,6 +210,7 @@ impl CacheFile {
     pub fn remove(&mut self, device: &DeviceKey, layer: &str) {
         if let Some(i) = self.doc.find(device, layer) {
             self.doc.entries.remove(i);
+            self.reindex();
             if let Err(e) = self.write(None, Some((device, layer))) {
                 eprintln!("convkit: warning: the plan cache was not written: {e}");
             }
@@ -235,6 +248,7 @@ impl CacheFile {
             io(e)
         })?;
         self.doc = doc;
+        self.reindex();
         Ok(())
     }
 }
