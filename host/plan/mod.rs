@@ -16,10 +16,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! A [`Planner`] decides ([`Planner::choose`]): from its in-memory cache, else from the
-//! persistent cache file ([`cache`]), else by [`heuristic`] rules (the default, no GPU work)
-//! or by timing the candidates ([`find`], with [`Mode::Find`]), whose result it writes to the
-//! file. A [`Plan`] is the decision made runnable: it holds the layer's weights in the form its
+//! A [`Planner`] decides ([`Planner::choose`]): from its cache (in memory, loaded from the
+//! persistent cache file, [`cache`], when the planner is made), else by [`heuristic`] rules
+//! (the default, no GPU work) or by timing the candidates ([`find`], with [`Mode::Find`]),
+//! whose result it writes to the file. A [`Plan`] is the decision made runnable: it holds the layer's weights in the form its
 //! algorithm reads them (a copy, or the FFT convolutions' filter spectra).
 
 pub mod cache;
@@ -134,6 +134,13 @@ impl<'g> Planner<'g> {
         if let Some(warning) = file.warning() {
             eprintln!("convkit: warning: {warning}");
         }
+        // This device's entries go to memory now: a decision from the file is then a lookup.
+        let memory = file
+            .entries()
+            .iter()
+            .filter(|e| e.device == device)
+            .filter_map(|e| Some((e.layer.clone(), e.choice()?)))
+            .collect();
         gpu.context().bind_to_thread().during("cuCtxSetCurrent")?;
         let (free, _) = cudarc::driver::result::mem_get_info().during("cuMemGetInfo")?;
         Ok(Planner {
@@ -141,7 +148,7 @@ impl<'g> Planner<'g> {
             device,
             default_limit: free / 4,
             file: Mutex::new(file),
-            memory: Mutex::default(),
+            memory: Mutex::new(memory),
             searches: Mutex::default(),
         })
     }
@@ -181,6 +188,7 @@ impl<'g> Planner<'g> {
         if let Some(choice) = lock(&self.memory).get(&key).filter(|c| usable(c)) {
             return Ok(choice.clone());
         }
+        // Entries other processes wrote, merged in when this planner last wrote the file.
         let stored = lock(&self.file).get(&self.device, &key).and_then(|e| e.choice());
         if let Some(choice) = stored.filter(|c| c.workspace <= limit) {
             lock(&self.memory).insert(key.clone(), choice.clone());
