@@ -48,7 +48,6 @@ use std::{
     collections::HashMap,
     rc::Rc,
     sync::{Arc, Mutex},
-    time::Instant,
 };
 
 /// How a [`Planner`] decides when no cache holds the layer.
@@ -268,18 +267,6 @@ impl<'g> Planner<'g> {
             }
         }
         Err(first)
-    }
-
-    /// Seconds the heuristic takes to decide `conv` (for `convkit tune`'s report), without the
-    /// caches.
-    pub fn time_heuristic(&self, conv: &Conv2d, opts: &PlanOptions, calls: usize) -> Result<f64> {
-        let geom = conv.geometry()?;
-        let limit = self.workspace_limit(opts);
-        let started = Instant::now();
-        for _ in 0..calls {
-            std::hint::black_box(heuristic::choose(self.gpu.sm_count(), conv, &geom, opts.math, limit));
-        }
-        Ok(started.elapsed().as_secs_f64() / calls.max(1) as f64)
     }
 }
 
