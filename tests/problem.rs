@@ -83,6 +83,14 @@ fn suites_parse_and_report_lines() {
         }
     }
     assert_eq!(suites::load_suite("default").unwrap().len(), 17);
+    // MobileNetV2's 17 depthwise layers, as 10 distinct shapes with their counts in the names.
+    let count = |name: &str| name.rsplit_once("-x").and_then(|(_, n)| n.parse::<usize>().ok()).unwrap_or(1);
+    let mbv2 = suites::load_suite("depthwise")
+        .unwrap()
+        .into_iter()
+        .filter_map(|c| c.name)
+        .filter(|n| n.starts_with("mbv2") && !n.ends_with("-n1"));
+    assert_eq!(mbv2.map(|n| count(&n)).sum::<usize>(), 17);
     let err = problem::parse_suite("# comment\nc=1,h=4,r=1\n\nc=1,h=4,r=1,bogus=2 # trailing\n").unwrap_err();
     assert!(err.to_string().contains("suite line 4"), "{err}");
     assert!(matches!(suites::load_suite("/no/such/suite"), Err(Error::Io { .. })));

@@ -8,6 +8,8 @@ pub const SUITES: &[(&str, &str)] = &[
     ("smoke", include_str!("../../benches/suites/smoke.txt")),
     ("large", include_str!("../../benches/suites/large.txt")),
     ("large-kernel", include_str!("../../benches/suites/large-kernel.txt")),
+    ("depthwise", include_str!("../../benches/suites/depthwise.txt")),
+    ("grouped", include_str!("../../benches/suites/grouped.txt")),
 ];
 
 /// A built-in suite by name, else a suite file by path.
