@@ -118,7 +118,7 @@ struct TuneArgs {
     /// Also measure Find's and the heuristic's choices against a longer, exhaustive search.
     #[arg(long)]
     evaluate: bool,
-    /// Also write every row as JSON.
+    /// Also write every row as JSON (rewritten after each row).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     #[command(flatten)]
@@ -763,6 +763,15 @@ fn run_tune(device: usize, args: &TuneArgs) -> Result<ExitCode, Error> {
     let planner = args.planner.planner(&gpu)?;
     let mut info = RunInfo::collect(&gpu, 0)?;
     let bar = progress(layers.len() * classes.len(), "tune");
+    // Written after every row (`complete` false until the last), so a run cut short keeps
+    // what it measured.
+    let write = |rows: &[TuneRow], info: &RunInfo, complete: bool| -> Result<(), Error> {
+        let Some(path) = &args.json else { return Ok(()) };
+        let doc =
+            serde_json::json!({ "run": info, "complete": complete, "rows": rows, "figures": tune::figures(rows) });
+        let text = serde_json::to_string_pretty(&doc).expect("tune results serialise");
+        std::fs::write(path, text).map_err(|source| Error::Io { path: path.display().to_string(), source })
+    };
     let mut rows: Vec<TuneRow> = Vec::new();
     for conv in &layers {
         // The fast class's candidates include the exact class's: its search reuses their screening.
@@ -771,18 +780,15 @@ fn run_tune(device: usize, args: &TuneArgs) -> Result<ExitCode, Error> {
             bar.set_message(format!("{} ({})", conv.label(), math.name()));
             let (row, report) = tune::tune_layer(&planner, conv, math, args.evaluate, screened.as_ref())?;
             rows.push(row);
+            write(&rows, &info, false)?;
             screened = Some(report);
             bar.inc(1);
         }
     }
     bar.finish_and_clear();
     info.finish();
+    write(&rows, &info, true)?;
     let figures = tune::figures(&rows);
-    if let Some(path) = &args.json {
-        let doc = serde_json::json!({ "run": info, "rows": rows, "figures": figures });
-        let text = serde_json::to_string_pretty(&doc).expect("tune results serialise");
-        std::fs::write(path, text).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
-    }
     for line in info.header() {
         println!("{line}");
     }
