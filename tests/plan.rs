@@ -268,3 +268,51 @@ fn a_planner_is_shared_between_threads() {
     fn shareable<T: Send + Sync>() {}
     shareable::<convkit::plan::Planner<'static>>();
 }
+
+fn tune_row(find_vs_best: f64, heuristic_vs_find: f64, us: [f64; 3]) -> convkit::harness::tune::TuneRow {
+    use convkit::harness::tune::{Evaluation, TuneRow};
+    let best_ms = 1.0;
+    let find_ms = best_ms * find_vs_best;
+    TuneRow {
+        label: "l".into(),
+        spec: "s".into(),
+        math: "exact",
+        heuristic: "h".into(),
+        heuristic_reason: String::new(),
+        heuristic_built: "h".into(),
+        find: "f".into(),
+        find_reason: String::new(),
+        find_s: 0.0,
+        candidates: 1,
+        heuristic_us: us[0],
+        cached_us: us[1],
+        file_us: us[2],
+        evaluation: Some(Evaluation {
+            best: "b".into(),
+            best_ms,
+            find_ms,
+            heuristic_ms: find_ms * heuristic_vs_find,
+            cudnn: None,
+            cudnn_ms: None,
+            seconds: 0.0,
+            trials: Vec::new(),
+        }),
+        trials: Vec::new(),
+    }
+}
+
+#[test]
+fn the_planner_figures_count_rows_within_their_margins() {
+    use convkit::harness::tune::figures;
+    let rows = [
+        tune_row(1.0, 1.0, [3.0, 0.5, 2.0]),
+        tune_row(1.03, 1.10, [4.0, 0.7, f64::NAN]),
+        tune_row(1.031, 1.101, [2.0, 0.6, 1.0]),
+        tune_row(1.2, 2.5, [1.0, 0.4, 1.5]),
+    ];
+    let f = figures(&rows);
+    assert_eq!(f.layers, 4);
+    assert_eq!((f.find_within_3pct, f.heuristic_within_10pct), (0.5, 0.5));
+    assert_eq!(f.heuristic_worst, 2.5);
+    assert_eq!((f.heuristic_us, f.cached_us, f.file_us), (4.0, 0.7, 2.0), "worst medians, NaN (no file) left out");
+}
