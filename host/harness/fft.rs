@@ -20,10 +20,27 @@ use kernels_gpu::{complex::Complex32, random::mix};
 use serde::Serialize;
 use std::sync::Arc;
 
-/// The transforms `bench fft` times by default: the sizes and batches of the fused FFT
-/// convolution on the `large-kernel` suite (images = channels x pairs of images).
-pub const DEFAULT_CASES: &[(usize, usize)] =
-    &[(14, 16384), (28, 8192), (42, 4096), (72, 2048), (84, 1536), (120, 32), (120, 1024)];
+/// The transforms `bench fft` times by default: the sizes and batches (transforms per launch)
+/// of the FFT convolutions the planner runs on the `large-kernel` suite: the fused whole-image
+/// path on RepLKNet's and SLaK's layers (channels x pairs of images), the tiled path on the
+/// 45x45 and dense layers (channels x pairs of tiles); and 120 x 120, 32 transforms (the fused
+/// path's size and batch for the 45x45 layer at N = 64, before the planner moved it to tiles)
+/// and 1024.
+pub const DEFAULT_CASES: &[(usize, usize)] = &[
+    (14, 16384),
+    (28, 8192),
+    (42, 4096),
+    (72, 2048),
+    (84, 1536),
+    (56, 32),
+    (64, 100),
+    (96, 128),
+    (40, 832),
+    (56, 512),
+    (64, 512),
+    (120, 32),
+    (120, 1024),
+];
 
 /// Which transform.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
