@@ -1,6 +1,7 @@
 //! GPU tests: run on the device with `--include-ignored` (scripts/gpu-stage stages them).
 //! Without a GPU they fail at `Gpu::new`, they never pass silently.
 
+use convkit::timing::{DeviceQueue, GpuQueue, Samples, time_round};
 use convkit::{
     Conv2d, Error, Gpu,
     cgemm::{self as cgemm_api, BatchedGemm, Complex32, Layout, Op},
@@ -15,7 +16,6 @@ use convkit::{
         check::{self, CUDNN_EXACT, CUDNN_FAST, Checker},
         cublas::{Cublas, CublasGemm, CublasLtPlan},
         reference,
-        timing::{DeviceQueue, GpuQueue, Samples, time_round},
     },
 };
 use cudarc::driver::CudaSlice;
@@ -569,15 +569,10 @@ fn tiled_fft_convolution_matches_the_reference_and_checks_its_workspace() {
     assert!(matches!(r, Err(Error::WorkspaceTooSmall { .. })), "{r:?}");
 }
 
-/// The bound an algorithm's output is held to.
+/// The bound a plan's output is held to, the FFT paths' from the host inputs.
 fn plan_bound(plan: &convkit::plan::Plan, conv: &Conv2d, x: &[f32], w: &[f32]) -> Tolerance {
     let taps = conv.geometry().unwrap().taps(conv) as u64;
-    match plan.algorithm().family() {
-        "direct" => Tolerance::f32_sum(taps),
-        "fft" | "fft-gemm" => Tolerance::fft(taps, reference::fft_error_scale(x, w, conv.k)),
-        _ if plan.class() == MathClass::Exact => CUDNN_EXACT,
-        _ => CUDNN_FAST,
-    }
+    check::plan_tolerance(plan, taps, || Ok(Tolerance::fft(taps, reference::fft_error_scale(x, w, conv.k)))).unwrap()
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use convkit::{
     Error, Result,
-    harness::timing::{DeviceQueue, Samples, Schedule, time_interleaved, time_round},
+    timing::{DeviceQueue, Samples, Schedule, time_interleaved, time_round},
 };
 
 /// Host time a launch call costs, in nanoseconds.

@@ -15,12 +15,11 @@ use convkit::{
         fft::{self as fft_harness, FftCase, FftKind, FftRow},
         report::RunInfo,
         suites::{self, SUITES},
-        timing::GpuQueue,
-        timing::Schedule,
         tune::{self, TuneRow},
     },
     plan::{self, Mode, PlanOptions, Planner},
     problem::SHAPE_SYNTAX,
+    timing::{GpuQueue, Schedule},
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use kernels_gpu::{conv::direct::DirectTile, random::mix};

@@ -9,13 +9,13 @@
 //! limit; the algorithms of the legacy `cudnnFindConvolutionForwardAlgorithmEx` in FMA and
 //! in DEFAULT math), each run once on poisoned outputs and compared with the reference;
 //! every cuDNN candidate screened with a few host-free launches; the fastest few of each
-//! class and ours timed in interleaved host-free rounds ([`super::timing`]).
+//! class and ours timed in interleaved host-free rounds ([`crate::timing`]).
 
 use super::{
-    check::{CUDNN_EXACT, CUDNN_FAST},
+    check::{CUDNN_EXACT, CUDNN_FAST, plan_tolerance},
     reference::{self, GpuReference},
-    timing::{GpuQueue, Samples, Schedule, screen, time_interleaved},
 };
+use crate::timing::{GpuQueue, Samples, Schedule, screen, time_interleaved};
 use crate::{
     Conv2d, Gpu, Result,
     conv::{
@@ -440,12 +440,7 @@ impl<'g> Bench<'g> {
                     let (_, w0, _) = env.arena.set(0);
                     planner.plan(&self.stream, conv, &opts, &w0)?
                 };
-                let bound = match plan.algorithm().family() {
-                    "direct" => Tolerance::f32_sum(geom.taps(conv) as u64),
-                    "fft" | "fft-gemm" => fft_bound(&mut env)?,
-                    _ if plan.class() == MathClass::Exact => CUDNN_EXACT,
-                    _ => CUDNN_FAST,
-                };
+                let bound = plan_tolerance(&plan, geom.taps(conv) as u64, || fft_bound(&mut env))?;
                 let name = plan.algorithm().to_string();
                 let notes = format!("the plan in the {} class", math.name());
                 let mut candidate = Candidate::new(name, Source::Plan, math, notes, plan.workspace_bytes());

@@ -6,8 +6,8 @@ use super::{
     bench::{HBM_BYTES_PER_S, Timing},
     cublas::{Cublas, CublasGemm, CublasLtPlan},
     reference::host_uniform,
-    timing::{GpuQueue, Schedule, time_interleaved},
 };
+use crate::timing::{GpuQueue, Schedule, time_interleaved};
 use crate::{
     Error, Gpu, Result,
     cgemm::{self, BatchedGemm, CGEMM_TILES, CgemmTile, Complex32, Family, Layout, Op, Planar, PlanarMut},

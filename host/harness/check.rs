@@ -10,14 +10,16 @@ use super::reference::{self, GpuReference, Reference};
 use crate::{
     Conv2d, Gpu, Result,
     conv::{
+        Algorithm,
         cudnn::{
-            self,
+            self, MathClass,
             legacy::{LegacyConv, Math},
         },
         direct, fft,
         fft_gemm::{self, FftGemmPlan},
     },
     error::Context,
+    plan::Plan,
 };
 use cudarc::driver::{CudaSlice, CudaStream};
 use kernels_gpu::{
@@ -32,6 +34,17 @@ use std::sync::Arc;
 pub const CUDNN_EXACT: Tolerance = Tolerance { tol: 1e-4, floor: 1e-5 };
 /// TF32 (10-bit mantissa inputs) against the f64 reference: catches garbage, not rounding.
 pub const CUDNN_FAST: Tolerance = Tolerance { tol: 1e-2, floor: 1e-4 };
+
+/// The bound a plan's output is held to: the strict f32 one for the direct kernel, the FFT
+/// paths' (`fft`, which needs the inputs) for theirs, cuDNN's class bound for cuDNN's.
+pub fn plan_tolerance(plan: &Plan, taps: u64, fft: impl FnOnce() -> Result<Tolerance>) -> Result<Tolerance> {
+    Ok(match plan.algorithm() {
+        Algorithm::Direct(_) => Tolerance::f32_sum(taps),
+        Algorithm::Fft(_) | Algorithm::FftGemm(_) => fft()?,
+        _ if plan.class() == MathClass::Exact => CUDNN_EXACT,
+        _ => CUDNN_FAST,
+    })
+}
 
 /// Device memory a checked FFT plan may hold for its filters' spectra.
 const PLAN_LIMIT: usize = 1 << 30;

@@ -3,10 +3,8 @@
 //! host, a few images per case) and against cuFFT (a batched plan of the same kind and images,
 //! through cudarc), on fresh random inputs with NaN-poisoned outputs.
 
-use super::{
-    bench::Timing,
-    timing::{GpuQueue, Schedule, time_interleaved},
-};
+use super::bench::Timing;
+use crate::timing::{GpuQueue, Schedule, time_interleaved};
 use crate::{
     Error, Gpu, Result,
     error::Context,

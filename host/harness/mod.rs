@@ -1,6 +1,6 @@
 //! The measuring harness behind the `convkit` command (cargo feature `harness`, which the
-//! command needs and library users do not): the f64 references, `check`, host-free timing,
-//! `bench` against cuDNN, and what a result records about the machine it ran on.
+//! command needs and library users do not): the f64 references, `check`, `bench` against
+//! cuDNN, `tune`, and what a result records about the machine it ran on.
 
 pub mod bench;
 pub mod cgemm;
@@ -13,5 +13,4 @@ pub mod report;
 pub mod suites;
 pub mod tune;
 
-pub use crate::timing;
 pub use nvml::GpuState;

@@ -105,21 +105,20 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
             _ => {}
         }
     }
-    let tile = direct::choose_tile(conv, geom, sm_count);
     let why = format!("{}x{} filter, {narrowest} channels per group: the direct kernel", conv.r, conv.s);
-    pick(Algorithm::Direct(tile.name), 0, why)
+    direct_choice(sm_count, conv, geom, why)
 }
 
-/// What the direct kernel falls back on when a heuristic's cuDNN choice does not build.
+/// The plan's last resort when the first choice does not build (a cuDNN algorithm): the
+/// direct kernel, which computes every valid layer.
 pub fn fallback(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry) -> Choice {
+    direct_choice(sm_count, conv, geom, "the direct kernel (the first choice did not build)".into())
+}
+
+/// The direct kernel with its tile heuristic's tile.
+fn direct_choice(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, reason: String) -> Choice {
     let tile = direct::choose_tile(conv, geom, sm_count);
-    Choice {
-        algorithm: Algorithm::Direct(tile.name),
-        workspace: 0,
-        origin: Origin::Heuristic,
-        reason: "the direct kernel (the first choice did not build)".into(),
-        time_ms: None,
-    }
+    Choice { algorithm: Algorithm::Direct(tile.name), workspace: 0, origin: Origin::Heuristic, reason, time_ms: None }
 }
 
 /// Where cuDNN's non-fused Winograd applies: 3x3, unit stride and dilation.

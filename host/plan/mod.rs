@@ -193,8 +193,12 @@ impl<'g> Planner<'g> {
             lock(&self.memory).insert(key.clone(), choice.clone());
             return Ok(choice);
         }
-        let choice = match opts.mode {
-            Mode::Heuristic => heuristic::choose(self.gpu.sm_count(), conv, &geom, opts.math, limit),
+        match opts.mode {
+            Mode::Heuristic => {
+                let choice = heuristic::choose(self.gpu.sm_count(), conv, &geom, opts.math, limit);
+                lock(&self.memory).insert(key, choice.clone());
+                Ok(choice)
+            }
             Mode::Find => {
                 // One search per layer: later callers wait here, then find the result cached.
                 let gate = lock(&self.searches).entry(key.clone()).or_default().clone();
@@ -202,11 +206,10 @@ impl<'g> Planner<'g> {
                 if let Some(choice) = lock(&self.memory).get(&key).filter(|c| usable(c)) {
                     return Ok(choice.clone());
                 }
-                self.find(conv, opts, &find::QUICK, &[], None)?.choice
+                // `find` caches its choice in memory and in the file.
+                Ok(self.find(conv, opts, &find::QUICK, &[], None)?.choice)
             }
-        };
-        lock(&self.memory).insert(key, choice.clone());
-        Ok(choice)
+        }
     }
 
     /// Times the candidates for `conv` now (whatever the caches hold) with `effort`, `must`
