@@ -3,7 +3,9 @@
 //! - [`Gpu`]: a device, its default stream and the embedded PTX module for its architecture.
 //! - [`Conv2d`]: the problem (shape syntax, validation, derived sizes).
 //! - [`conv::direct`]: grouped direct convolution (dense, grouped, depthwise, channel
-//!   multipliers), forward, f32, NCHW.
+//!   multipliers, any filter, stride and dilation), forward, f32, NCHW.
+//! - [`conv::depthwise`]: depthwise convolution (multiplier 1 or 2; 3x3 ... 9x9, stride 1 or 2)
+//!   from shared-memory tiles, forward, f32, NCHW.
 //! - [`cgemm`]: batched complex GEMM, `C = α·op(A)·op(B) + β·C`, interleaved or planar.
 //! - [`fft`]: batched FFTs: 1D complex (lengths 2^a 3^b 5^c 7^d up to 2048, rows or columns)
 //!   and square 2D (complex both ways, real-to-complex, complex-to-real; 22 sizes, 12 to 160).
@@ -31,7 +33,7 @@ pub mod plan;
 pub mod problem;
 pub mod timing;
 
-pub use conv::direct;
+pub use conv::{depthwise, direct};
 pub use error::{Error, Result};
 pub use gpu::{Gpu, pick_ptx};
 pub use problem::{Conv2d, ConvGeometry};

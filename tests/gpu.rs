@@ -137,6 +137,49 @@ fn every_variant_writes_all_of_its_output_and_nothing_else() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn depthwise_variants_write_all_of_their_output_and_nothing_else() {
+    let gpu = gpu();
+    let stream = gpu.stream();
+    let shapes = [
+        // Edge tiles on both sides, planes that leave the last block partly empty, K = 2C.
+        "n=3,c=5,h=37,w=45,k=5,r=3,s=3,pad=1,groups=5",
+        "n=2,c=7,h=20,w=29,k=14,r=5,s=5,pad=1x2,stride=2,groups=7",
+        "n=1,c=3,h=70,w=66,k=3,r=7,s=7,pad=3,groups=3",
+        "n=2,c=4,h=9,w=12,k=8,r=9,s=9,pad=4x0,stride=2,groups=4",
+        // More planes than the grid's z holds for one-plane blocks: several launches.
+        "n=2,c=40000,h=4,w=4,k=40000,r=3,s=3,pad=1,groups=40000",
+    ];
+    for (seed, spec) in shapes.into_iter().enumerate() {
+        let conv: Conv2d = spec.parse().unwrap();
+        let geom = conv.geometry().unwrap();
+        let (x_host, w_host, x, w) = inputs(&gpu, &conv, 20 + seed as u64);
+        let want = reference::cpu_reference(&conv, &x_host, &w_host).unwrap();
+        let bound = Tolerance::f32_sum(geom.taps(&conv) as u64);
+        let tiles: Vec<_> = convkit::depthwise::supporting_variants(&conv).collect();
+        assert_eq!(tiles.len(), 3, "{spec}: every tile size computes it");
+        for tile in tiles {
+            // 16-byte aligned (vector stores where the rows allow) and 4 bytes off.
+            for offset in [GUARD, GUARD + 1] {
+                let mut y: CudaSlice<f32> = gpu.alloc(geom.y_len + 2 * GUARD).unwrap();
+                gpu.fill_bits(&mut y, GUARD_BITS).unwrap();
+                let range = offset..offset + geom.y_len;
+                gpu.poison(&mut y.slice_mut(range.clone())).unwrap();
+                convkit::depthwise::forward_with(&gpu, stream, &conv, tile, &x, &w, &mut y.slice_mut(range.clone()))
+                    .unwrap();
+                let got = gpu.download(&y).unwrap();
+                for (side, band) in [("before", &got[..offset]), ("after", &got[range.end..])] {
+                    let bad = band.iter().filter(|v| v.to_bits() != GUARD_BITS).count();
+                    assert_eq!(bad, 0, "{} wrote {bad} elements {side} the output of {spec}", tile.name);
+                }
+                let stats = reference::compare_host(&got[range], &want, bound);
+                assert!(stats.passed(), "{} on {spec} at offset {offset}: {stats:?}", tile.name);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn packed_grid_beyond_the_z_limit_is_split_into_launches() {
     let gpu = gpu();
     // 70000 groups of one k-tile each: packed z-indices beyond 65535.

@@ -234,10 +234,12 @@ fn the_heuristic_follows_the_measured_rules() {
         let implicit = Algorithm::CudnnLegacy(Algo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, Math::Fma);
         assert_eq!(choose("smoke", "dense-s2-d2", math, gib), implicit);
         assert!(matches!(choose("smoke", "grouped-mult2", math, gib), Algorithm::Direct(_)));
-        // Small filters and few channels per group: the direct kernel.
-        for label in ["rnx50-c128-56", "dw3x3-c256-56", "convnext-dw7-c768-7", "mbv2-dw-c96-112-s2"] {
-            assert!(matches!(choose("default", label, math, gib), Algorithm::Direct(_)), "{label} {math:?}");
+        // Depthwise layers the depthwise kernel covers go to it; small filters and few
+        // channels per group otherwise to the direct kernel.
+        for label in ["dw3x3-c256-56", "convnext-dw7-c768-7", "mbv2-dw-c96-112-s2"] {
+            assert!(matches!(choose("default", label, math, gib), Algorithm::Depthwise(_)), "{label} {math:?}");
         }
+        assert!(matches!(choose("default", "rnx50-c128-56", math, gib), Algorithm::Direct(_)), "{math:?}");
     }
     // 16 and 32 channels per group: cuDNN's TF32 kernels in the fast class, ours in the exact.
     for label in ["rnx50-c512-14", "rnx50-c1024-7"] {

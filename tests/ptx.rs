@@ -8,6 +8,7 @@ use convkit::ptx::PTX_MODULES;
 use kernels_gpu::{
     cgemm::{CGEMM_TILES, CgemmParams},
     conv::{
+        depthwise::{DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams},
         direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
         fft::{FFTCONV_TILES, FftConvParams},
         fft_gemm::{FFT_GEMM_SIZES, FftGemmParams},
@@ -25,6 +26,7 @@ use std::{collections::BTreeMap, path::PathBuf, process::Command};
 /// Every entry point the host launches, with the size of the one struct it takes.
 fn kernels() -> Vec<(&'static str, usize)> {
     let mut all: Vec<_> = DIRECT_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DirectFwdParams>())).collect();
+    all.extend(DEPTHWISE_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DepthwiseFwdParams>())));
     all.extend(CGEMM_TILES.iter().map(|t| (t.name, size_of::<CgemmParams>())));
     for size in FFT2D_SIZES {
         all.extend([size.name, size.r2c_kernel, size.c2r_kernel].map(|name| (name, size_of::<Fft2dParams>())));

@@ -414,6 +414,8 @@ fn run_info(device: usize) -> Result<ExitCode, Error> {
     }
     let names: Vec<_> = direct::variants().iter().map(|t| t.name).collect();
     println!("direct kernels: {}", names.join(", "));
+    let names: Vec<_> = convkit::depthwise::variants().iter().map(|t| t.name).collect();
+    println!("depthwise kernels: {}", names.join(", "));
     let fft: Vec<_> = convkit::conv::fft::variants().iter().map(|t| t.name).collect();
     println!("fused FFT convolution (depthwise) transforms: {}", fft.join(", "));
     let cgemm: Vec<_> = CGEMM_TILES.iter().map(|t| t.name).collect();
@@ -605,9 +607,11 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
     );
     let last = runs.last().expect("at least one repeat");
     println!(
-        "\n| layer | ours ms (p10-p90) | ours | direct ms | FFT ms | tiled FFT ms | cuDNN exact ms | exact engine | cuDNN fast ms | fast engine | vs exact | vs fast | GB/s | % HBM | err/bound |"
+        "\n| layer | ours ms (p10-p90) | ours | direct ms | depthwise ms | FFT ms | tiled FFT ms | cuDNN exact ms | exact engine | cuDNN fast ms | fast engine | vs exact | vs fast | GB/s | % HBM | err/bound |"
     );
-    println!("| --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
+    );
     for r in last {
         let ours = r.ours();
         let t = ours.timing.as_ref();
@@ -618,13 +622,14 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
             c.and_then(|c| c.timing.as_ref()).map_or("-".to_owned(), |t| format!("{:.3}", t.p50))
         };
         println!(
-            "| {} | {:.3} ({:.3}-{:.3}) | {} | {} | {} | {} | {exact_ms} | {exact_name} | {fast_ms} | {fast_name} | {} | {} | {:.0} | {:.1} | {:.2} |",
+            "| {} | {:.3} ({:.3}-{:.3}) | {} | {} | {} | {} | {} | {exact_ms} | {exact_name} | {fast_ms} | {fast_name} | {} | {} | {:.0} | {:.1} | {:.2} |",
             r.label,
             t.map_or(f64::NAN, |t| t.p50),
             t.map_or(f64::NAN, |t| t.p10),
             t.map_or(f64::NAN, |t| t.p90),
             ours.name,
             ms(Some(r.direct())),
+            ms(r.depthwise_candidate()),
             ms(r.fft_candidate()),
             ms(r.fft_gemm_candidate()),
             ratio(MathClass::Exact),

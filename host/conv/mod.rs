@@ -1,8 +1,9 @@
-//! Convolution algorithms, one module each: [`direct`], [`fft`] (fused, depthwise) and
+//! Convolution algorithms, one module each: [`direct`], [`depthwise`], [`fft`] (fused, depthwise) and
 //! [`fft_gemm`] (overlap-save tiles and a per-frequency cgemm, any groups), convkit's kernels;
 //! [`cudnn`] (cuDNN, through its legacy and its graph API).
 
 pub mod cudnn;
+pub mod depthwise;
 pub mod direct;
 pub mod fft;
 pub mod fft_gemm;
@@ -49,13 +50,15 @@ pub(crate) fn check_io(
 
 /// One way to compute a convolution: an algorithm and its variant. Its text form (what plan
 /// caches store and tables print) is the kernel's name for convkit's algorithms
-/// (`direct_fwd_rows_k8_p4`, `fftconv_dw_72`, `fftgemm_56`) and `cudnn:` followed by an engine
+/// (`direct_fwd_rows_k8_p4`, `depthwise_k3_s1_m1_32x32`, `fftconv_dw_72`, `fftgemm_56`) and `cudnn:` followed by an engine
 /// configuration's tag, `cudnn:heuristic-exact`/`-fast`, or `cudnn-legacy:` followed by a
 /// legacy algorithm and math mode (`cudnn-legacy:WINOGRAD_NONFUSED/FMA`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Algorithm {
     /// The direct kernel with one of [`direct::variants`].
     Direct(&'static str),
+    /// The depthwise kernel with one of [`depthwise::variants`].
+    Depthwise(&'static str),
     /// The fused whole-image FFT convolution (depthwise) with one of [`fft::variants`].
     Fft(&'static str),
     /// The tiled FFT convolution with one of [`fft_gemm::sizes`].
@@ -70,10 +73,11 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    /// The family, for tables: `direct`, `fft`, `fft-gemm`, `cudnn` or `cudnn-legacy`.
+    /// The family, for tables: `direct`, `depthwise`, `fft`, `fft-gemm`, `cudnn` or `cudnn-legacy`.
     pub fn family(&self) -> &'static str {
         match self {
             Algorithm::Direct(_) => "direct",
+            Algorithm::Depthwise(_) => "depthwise",
             Algorithm::Fft(_) => "fft",
             Algorithm::FftGemm(_) => "fft-gemm",
             Algorithm::CudnnEngine(_) | Algorithm::CudnnHeuristic(_) => "cudnn",
@@ -83,14 +87,16 @@ impl Algorithm {
 
     /// Whether convkit's own kernels run it.
     pub fn is_convkit(&self) -> bool {
-        matches!(self, Algorithm::Direct(_) | Algorithm::Fft(_) | Algorithm::FftGemm(_))
+        matches!(self, Algorithm::Direct(_) | Algorithm::Depthwise(_) | Algorithm::Fft(_) | Algorithm::FftGemm(_))
     }
 }
 
 impl std::fmt::Display for Algorithm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Algorithm::Direct(name) | Algorithm::Fft(name) | Algorithm::FftGemm(name) => f.write_str(name),
+            Algorithm::Direct(name) | Algorithm::Depthwise(name) | Algorithm::Fft(name) | Algorithm::FftGemm(name) => {
+                f.write_str(name)
+            }
             Algorithm::CudnnEngine(tag) => write!(f, "cudnn:{tag}"),
             Algorithm::CudnnHeuristic(class) => write!(f, "cudnn:heuristic-{}", class.name()),
             Algorithm::CudnnLegacy(algo, math) => write!(f, "cudnn-legacy:{}/{math}", cudnn::legacy::algo_name(*algo)),
@@ -124,6 +130,9 @@ impl std::str::FromStr for Algorithm {
         }
         if let Some(tile) = direct::variants().iter().find(|t| t.name == text) {
             return Ok(Algorithm::Direct(tile.name));
+        }
+        if let Some(tile) = depthwise::variants().iter().find(|t| t.name == text) {
+            return Ok(Algorithm::Depthwise(tile.name));
         }
         if let Some(tile) = fft::variants().iter().find(|t| t.name == text) {
             return Ok(Algorithm::Fft(tile.name));

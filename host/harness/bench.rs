@@ -1,15 +1,16 @@
 //! `convkit bench`: our kernels against cuDNN's best in each accuracy class, timed the same
 //! way in the same run.
 //!
-//! For each layer: fresh random inputs in enough copies that one pass over them exceeds the
-//! L2 cache; the f64 reference on the GPU; the candidates (our direct kernel; our fused FFT
-//! convolution where it computes the layer, one plan per copy of the weights, its filter
-//! transform done when the plan is made and not timed, as a framework would cache it; every engine
-//! configuration cuDNN's heuristics propose in every mode, built within the workspace
-//! limit; the algorithms of the legacy `cudnnFindConvolutionForwardAlgorithmEx` in FMA and
-//! in DEFAULT math), each run once on poisoned outputs and compared with the reference;
-//! every cuDNN candidate screened with a few host-free launches; the fastest few of each
-//! class and ours timed in interleaved host-free rounds ([`crate::timing`]).
+//! For each layer: fresh random inputs in enough copies that one pass over them exceeds the L2
+//! cache; the f64 reference on the GPU; the candidates (our direct kernel; our depthwise kernel
+//! where it computes the layer; our fused FFT convolution where it computes the layer, one plan per
+//! copy of the weights, its filter transform done when the plan is made and not timed, as a
+//! framework would cache it; every engine configuration cuDNN's heuristics propose in every mode,
+//! built within the workspace limit; the algorithms of the legacy
+//! `cudnnFindConvolutionForwardAlgorithmEx` in FMA and in DEFAULT math), each run once on poisoned
+//! outputs and compared with the reference; every cuDNN candidate screened with a few host-free
+//! launches; the fastest few of each class and ours timed in interleaved host-free rounds
+//! ([`crate::timing`]).
 
 use super::{
     check::{CUDNN_EXACT, CUDNN_FAST, plan_tolerance},
@@ -24,7 +25,7 @@ use crate::{
             engines::{ALIGNMENT, EngineConv, EnginePlan, HeurMode},
             legacy::{LegacyChoice, LegacyConv, Math},
         },
-        direct,
+        depthwise, direct,
         fft::{self, FftConvPlan},
         fft_gemm::{self, FftGemmPlan},
     },
@@ -32,7 +33,7 @@ use crate::{
 };
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
 use kernels_gpu::{
-    conv::direct::DirectTile,
+    conv::{depthwise::DepthwiseTile, direct::DirectTile},
     random::mix,
     verify::{CompareStats, Tolerance},
 };
@@ -157,9 +158,12 @@ pub struct LayerResult {
     pub flops: f64,
     pub min_bytes: f64,
     pub sets: usize,
-    /// Ours first: the direct kernel, then the fused FFT convolution where `fft` is set, then
-    /// the tiled one where `fft_gemm` is set; then cuDNN's.
+    /// Ours first: the direct kernel, then the depthwise kernel where `depthwise` is set, the
+    /// fused FFT convolution where `fft` is set and the tiled one where `fft_gemm` is set; then
+    /// cuDNN's.
     pub candidates: Vec<Candidate>,
+    /// The depthwise kernel's variant, where it computes the layer.
+    pub depthwise: Option<&'static str>,
     /// The fused FFT convolution's transform, where it computes the layer.
     pub fft: Option<&'static str>,
     /// The tiled FFT convolution's transform, where it computes the layer.
@@ -181,9 +185,11 @@ pub struct LayerResult {
 }
 
 impl LayerResult {
-    /// Our candidates: the direct kernel, then the FFT convolutions that ran.
+    /// Our candidates: the direct kernel, then the depthwise kernel and the FFT convolutions
+    /// that ran.
     pub fn convkit(&self) -> &[Candidate] {
-        &self.candidates[..1 + self.fft.is_some() as usize + self.fft_gemm.is_some() as usize]
+        let others = [self.depthwise, self.fft, self.fft_gemm].iter().filter(|c| c.is_some()).count();
+        &self.candidates[..1 + others]
     }
 
     /// Our fastest timed candidate.
@@ -195,12 +201,17 @@ impl LayerResult {
         &self.candidates[0]
     }
 
+    pub fn depthwise_candidate(&self) -> Option<&Candidate> {
+        self.depthwise.map(|_| &self.candidates[1])
+    }
+
     pub fn fft_candidate(&self) -> Option<&Candidate> {
-        self.fft.map(|_| &self.candidates[1])
+        self.fft.map(|_| &self.candidates[1 + self.depthwise.is_some() as usize])
     }
 
     pub fn fft_gemm_candidate(&self) -> Option<&Candidate> {
-        self.fft_gemm.map(|_| &self.candidates[1 + self.fft.is_some() as usize])
+        let before = [self.depthwise, self.fft].iter().filter(|c| c.is_some()).count();
+        self.fft_gemm.map(|_| &self.candidates[1 + before])
     }
 
     pub fn ours_ms(&self) -> f64 {
@@ -283,6 +294,7 @@ impl Arena {
 /// How a candidate runs.
 enum Runner<'g> {
     Direct(DirectTile),
+    Depthwise(DepthwiseTile),
     /// One plan per copy of the weights in the arena.
     Fft(Vec<FftConvPlan>),
     FftGemm(Vec<FftGemmPlan>),
@@ -309,6 +321,7 @@ impl<'g> Env<'_, 'g> {
         let (x, w, mut y) = self.arena.set(set);
         match runner {
             Runner::Direct(tile) => direct::forward_with(gpu, stream, conv, tile, &x, &w, &mut y),
+            Runner::Depthwise(tile) => depthwise::forward_with(gpu, stream, conv, tile, &x, &w, &mut y),
             Runner::Fft(plans) => plans[set].forward(gpu, stream, &x, &mut y),
             Runner::FftGemm(plans) => plans[set].forward(gpu, stream, &x, &mut y, self.workspace),
             Runner::Engine(plan) => {
@@ -371,6 +384,25 @@ impl<'g> Bench<'g> {
         let mut candidates = vec![Candidate::new(name, Source::Convkit, MathClass::Exact, "f32 FMA".into(), 0)];
         candidates[0].record(&stats);
         let mut runners = vec![ours_runner];
+
+        // Our depthwise kernel, where it computes the layer, to the same bound.
+        let depthwise_tile = match depthwise::choose_tile(conv, &geom) {
+            Ok(tile) => {
+                let runner = Runner::Depthwise(tile);
+                let stats = env.validate(&runner, &truth, Tolerance::f32_sum(geom.taps(conv) as u64))?;
+                let name = tile.name.trim_start_matches("depthwise_").to_owned();
+                let notes = format!("f32 FMA, {}x{} tiles", tile.tile_h, tile.tile_w);
+                let mut candidate = Candidate::new(name, Source::Convkit, MathClass::Exact, notes, 0);
+                candidate.record(&stats);
+                candidates.push(candidate);
+                runners.push(runner);
+                Some(tile.name)
+            }
+            Err(e) => {
+                skipped.push(format!("convkit depthwise: {e}"));
+                None
+            }
+        };
 
         // The FFT paths' bound needs set 0's inputs on the host: downloaded once, if at all.
         let mut fft_tolerance = None;
@@ -581,6 +613,7 @@ impl<'g> Bench<'g> {
             sets: env.arena.sets,
             candidates,
             fft: fft_tile,
+            depthwise: depthwise_tile,
             fft_gemm: fft_gemm_size,
             plans,
             best_exact,

@@ -1,10 +1,9 @@
-//! `convkit check`: every direct-kernel variant that supports a shape, and the fused FFT
-//! convolution where it computes the shape (its smallest transform and the next), element by
-//! element against the f64 reference on the GPU (itself checked against the CPU reference on
-//! small shapes), and cuDNN against the same reference, on fresh random inputs with
-//! NaN-poisoned outputs. Some cases put NaN and ±∞ into the input: they must come out exactly
-//! where the reference has them (the FFT path, which spreads a NaN over the whole image, skips
-//! those).
+//! `convkit check`: every direct- and depthwise-kernel variant that supports a shape, and the fused
+//! FFT convolution where it computes the shape (its smallest transform and the next), element by
+//! element against the f64 reference on the GPU (itself checked against the CPU reference on small
+//! shapes), and cuDNN against the same reference, on fresh random inputs with NaN-poisoned outputs.
+//! Some cases put NaN and ±∞ into the input: they must come out exactly where the reference has
+//! them (the FFT path, which spreads a NaN over the whole image, skips those).
 
 use super::reference::{self, GpuReference, Reference};
 use crate::{
@@ -15,7 +14,7 @@ use crate::{
             self, MathClass,
             legacy::{LegacyConv, Math},
         },
-        direct, fft,
+        depthwise, direct, fft,
         fft_gemm::{self, FftGemmPlan},
     },
     error::Context,
@@ -35,11 +34,11 @@ pub const CUDNN_EXACT: Tolerance = Tolerance { tol: 1e-4, floor: 1e-5 };
 /// TF32 (10-bit mantissa inputs) against the f64 reference: catches garbage, not rounding.
 pub const CUDNN_FAST: Tolerance = Tolerance { tol: 1e-2, floor: 1e-4 };
 
-/// The bound a plan's output is held to: the strict f32 one for the direct kernel, the FFT
+/// The bound a plan's output is held to: the strict f32 one for the direct kernels, the FFT
 /// paths' (`fft`, which needs the inputs) for theirs, cuDNN's class bound for cuDNN's.
 pub fn plan_tolerance(plan: &Plan, taps: u64, fft: impl FnOnce() -> Result<Tolerance>) -> Result<Tolerance> {
     Ok(match plan.algorithm() {
-        Algorithm::Direct(_) => Tolerance::f32_sum(taps),
+        Algorithm::Direct(_) | Algorithm::Depthwise(_) => Tolerance::f32_sum(taps),
         Algorithm::Fft(_) | Algorithm::FftGemm(_) => fft()?,
         _ if plan.class() == MathClass::Exact => CUDNN_EXACT,
         _ => CUDNN_FAST,
@@ -157,6 +156,12 @@ impl<'g> Checker<'g> {
             let stats = reference::compare(gpu, stream, &y, &truth, bound)?;
             variants.push(VariantResult { tile: tile.name, bound, stats });
         }
+        for tile in depthwise::supporting_variants(conv) {
+            gpu.poison(&mut y)?;
+            depthwise::forward_with(gpu, stream, conv, tile, &x, &w, &mut y)?;
+            let stats = reference::compare(gpu, stream, &y, &truth, bound)?;
+            variants.push(VariantResult { tile: tile.name, bound, stats });
+        }
         if !case.nonfinite {
             let scale = reference::fft_error_scale(&gpu.download(&x)?, &gpu.download(&w)?, conv.k);
             let bound = Tolerance::fft(geom.taps(conv) as u64, scale);
@@ -241,6 +246,7 @@ fn plant_nonfinite(gpu: &Gpu, x: &mut CudaSlice<f32>, seed: u64) -> Result<()> {
 /// The kinds of layer the random sweep cycles through.
 pub const CATEGORIES: &[&str] = &[
     "depthwise",
+    "depthwise-tiles",
     "dense",
     "channel-multiplier",
     "grouped",
@@ -275,6 +281,16 @@ pub fn random_case(rng: &mut SmallRng, index: usize) -> Case {
         "depthwise" => {
             conv.c = rng.random_range(1..=64);
             (conv.groups, conv.k) = (conv.c, conv.c);
+        }
+        "depthwise-tiles" => {
+            // The depthwise kernel's ground: its filters, strides and multipliers, maps from
+            // smaller than one tile to several tiles.
+            let filter = pick(rng, &[3, 5, 7, 9]);
+            (conv.r, conv.s) = (filter, filter);
+            conv.stride = [pick(rng, &[1, 2]); 2];
+            (conv.h, conv.w) = (rng.random_range(1..=80), rng.random_range(1..=80));
+            conv.c = rng.random_range(1..=40);
+            (conv.groups, conv.k) = (conv.c, conv.c * rng.random_range(1..=2));
         }
         "dense" => (conv.groups, conv.c, conv.k) = (1, rng.random_range(1..=48), rng.random_range(1..=48)),
         "channel-multiplier" => {

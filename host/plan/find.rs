@@ -1,15 +1,15 @@
 //! Find: time every candidate for a layer and keep the fastest.
 //!
-//! The candidates: each direct-kernel tile that supports the layer; the FFT convolutions
-//! (fused, and the tiled one at its [`TILED_SIZES`] cheapest sizes by estimate) for filters
-//! of at least [`FFT_MIN_TAPS`] taps; every cuDNN engine configuration its heuristics propose
-//! in any mode; and the legacy algorithms cuDNN ranks as able to run the layer (FMA math, and
-//! DEFAULT math in the fast class). Each is built as a [`Plan`] with the same random weights,
-//! within the workspace limit, and timed through [`Plan::forward`], the call a user makes:
-//! screened with a few host-free launches (see [`crate::timing`]), then the fastest few timed
-//! in interleaved rounds on inputs rotated through more memory than the L2 cache holds. Among
-//! the finalists within [`WORKSPACE_SLACK`] of the fastest median, the one that needs the
-//! least workspace wins unless the caller turned that off ([`select`]).
+//! The candidates: each direct-kernel tile and each depthwise-kernel variant that supports the
+//! layer; the FFT convolutions (fused, and the tiled one at its [`TILED_SIZES`] cheapest sizes by
+//! estimate) for filters of at least [`FFT_MIN_TAPS`] taps; every cuDNN engine configuration its
+//! heuristics propose in any mode; and the legacy algorithms cuDNN ranks as able to run the layer
+//! (FMA math, and DEFAULT math in the fast class). Each is built as a [`Plan`] with the same random
+//! weights, within the workspace limit, and timed through [`Plan::forward`], the call a user makes:
+//! screened with a few host-free launches (see [`crate::timing`]), then the fastest few timed in
+//! interleaved rounds on inputs rotated through more memory than the L2 cache holds. Among the
+//! finalists within [`WORKSPACE_SLACK`] of the fastest median, the one that needs the least
+//! workspace wins unless the caller turned that off ([`select`]).
 
 use super::{Built, Choice, Origin, Plan, PlanOptions, Planner, heuristic};
 use crate::{
@@ -21,7 +21,7 @@ use crate::{
             engines::{ALL_HEURISTICS, EngineConv},
             legacy::{LegacyConv, Math},
         },
-        direct, fft, fft_gemm,
+        depthwise, direct, fft, fft_gemm,
     },
     timing::{GpuQueue, Schedule, screen, time_interleaved},
 };
@@ -239,6 +239,7 @@ fn candidates<'g>(
     let build = |algorithm: Algorithm| Plan::new(gpu, stream, conv, &algorithm, w, limit).map_err(|e| (algorithm, e));
     let mut out = vec![build(first.clone())];
     let mut ours: Vec<Algorithm> = direct::supporting_variants(conv).map(|t| Algorithm::Direct(t.name)).collect();
+    ours.extend(depthwise::supporting_variants(conv).map(|t| Algorithm::Depthwise(t.name)));
     if conv.r * conv.s >= FFT_MIN_TAPS {
         if let Ok(tile) = fft::choose_tile(conv, geom) {
             ours.push(Algorithm::Fft(tile.name));

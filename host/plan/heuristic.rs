@@ -5,6 +5,8 @@
 //!   whole-image kernel (depthwise layers) or the tiled one at one of its tile sizes, whichever
 //!   the shared cost model ([`fft_gemm::transforms_s`]) estimates faster. Measured: 3.9-61x
 //!   faster than cuDNN's best and 1.5-42x than the direct kernel.
+//! - Depthwise layers that the depthwise kernel covers (3x3 ... 9x9, stride 1 or 2, multiplier
+//!   1 or 2) go to it, with its own tile heuristic.
 //! - Layers with few outputs and long reductions ([`TINY_OUTPUTS`], [`TINY_MIN_TAPS`]) go to
 //!   cuDNN's implicit GEMM: the direct kernel gives each thread a whole reduction, which a
 //!   grid of a few thousand outputs cannot hide (a 5040-output layer with 72 taps per output:
@@ -25,7 +27,7 @@ use crate::{
             MathClass,
             legacy::{Algo, Math},
         },
-        direct, fft, fft_gemm,
+        depthwise, direct, fft, fft_gemm,
     },
 };
 
@@ -77,6 +79,13 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
             }
             _ => {}
         }
+    }
+    if let Ok(tile) = depthwise::choose_tile(conv, geom) {
+        let why = format!(
+            "depthwise {}x{}, stride {}, {} output channel(s) per input channel: the depthwise kernel, {}x{} tiles",
+            conv.r, conv.s, conv.stride[0], geom.k_per_group, tile.tile_h, tile.tile_w
+        );
+        return pick(Algorithm::Depthwise(tile.name), 0, why);
     }
     let narrowest = geom.c_per_group.min(geom.k_per_group);
     if geom.y_len <= TINY_OUTPUTS && geom.taps(conv) >= TINY_MIN_TAPS {

@@ -35,7 +35,7 @@ use crate::{
             engines::{ALL_HEURISTICS, EngineConv, EnginePlan, HeurMode},
             legacy::{LegacyChoice, LegacyConv},
         },
-        direct,
+        depthwise, direct,
         fft::{self, FftConvPlan},
         fft_gemm::{self, FftGemmPlan},
     },
@@ -43,7 +43,7 @@ use crate::{
 };
 use cache::{CacheEntry, CacheFile, DeviceKey};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use kernels_gpu::conv::direct::DirectTile;
+use kernels_gpu::conv::{depthwise::DepthwiseTile, direct::DirectTile};
 use std::{
     collections::HashMap,
     rc::Rc,
@@ -280,6 +280,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// How a plan runs, with what it holds.
 enum Runner<'g> {
     Direct { tile: DirectTile, w: CudaSlice<f32> },
+    Depthwise { tile: DepthwiseTile, w: CudaSlice<f32> },
     Fft(FftConvPlan),
     FftGemm(FftGemmPlan),
     Engine { graph: Rc<EngineConv<'g>>, plan: EnginePlan, w: CudaSlice<f32> },
@@ -340,6 +341,14 @@ impl<'g> Plan<'g> {
                 }
                 let w = copy_weights(gpu, stream, w)?;
                 Ok(plan(algorithm, MathClass::Exact, 0, Runner::Direct { tile, w }))
+            }
+            Algorithm::Depthwise(name) => {
+                let tile = *depthwise::variants().iter().find(|t| t.name == *name).ok_or_else(|| unknown(algorithm))?;
+                if let Some(reason) = depthwise::unsupported(conv, &tile) {
+                    return Err(Error::UnsupportedTile { tile: tile.name, reason });
+                }
+                let w = copy_weights(gpu, stream, w)?;
+                Ok(plan(algorithm, MathClass::Exact, 0, Runner::Depthwise { tile, w }))
             }
             Algorithm::Fft(name) => {
                 let tile = *fft::variants().iter().find(|t| t.name == *name).ok_or_else(|| unknown(algorithm))?;
@@ -422,7 +431,10 @@ impl<'g> Plan<'g> {
         match &self.runner {
             Runner::Fft(p) => p.plan_bytes(),
             Runner::FftGemm(p) => p.plan_bytes(),
-            Runner::Direct { w, .. } | Runner::Engine { w, .. } | Runner::Legacy { w, .. } => w.len() * 4,
+            Runner::Direct { w, .. }
+            | Runner::Depthwise { w, .. }
+            | Runner::Engine { w, .. }
+            | Runner::Legacy { w, .. } => w.len() * 4,
         }
     }
 
@@ -436,9 +448,10 @@ impl<'g> Plan<'g> {
         match &mut self.runner {
             Runner::Fft(p) => p.set_weights(self.gpu, stream, w),
             Runner::FftGemm(p) => p.set_weights(self.gpu, stream, w),
-            Runner::Direct { w: own, .. } | Runner::Engine { w: own, .. } | Runner::Legacy { w: own, .. } => {
-                stream.memcpy_dtod(w, own).during("cuMemcpyDtoDAsync")
-            }
+            Runner::Direct { w: own, .. }
+            | Runner::Depthwise { w: own, .. }
+            | Runner::Engine { w: own, .. }
+            | Runner::Legacy { w: own, .. } => stream.memcpy_dtod(w, own).during("cuMemcpyDtoDAsync"),
         }
     }
 
@@ -457,6 +470,7 @@ impl<'g> Plan<'g> {
         let (gpu, stream) = (self.gpu, &self.stream);
         match &self.runner {
             Runner::Direct { tile, w } => direct::forward_with(gpu, stream, &self.conv, tile, x, w, y),
+            Runner::Depthwise { tile, w } => depthwise::forward_with(gpu, stream, &self.conv, tile, x, w, y),
             Runner::Fft(p) => p.forward(gpu, stream, x, y),
             Runner::FftGemm(p) => p.forward(gpu, stream, x, y, workspace),
             Runner::Engine { graph, plan, w } => graph.execute(plan, x, w, y, workspace),

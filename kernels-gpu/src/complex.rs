@@ -1,6 +1,7 @@
 //! The complex f32 that the cgemm, FFT and FFT-convolution kernels share, with the few
 //! operations their inner loops use (all inlined; FMA on the GPU).
 
+use crate::fma;
 use bytemuck::{Pod, Zeroable};
 use core::ops::{Add, Mul, Neg, Sub};
 
@@ -103,16 +104,3 @@ impl Mul for Complex32 {
 unsafe impl cudarc::driver::DeviceRepr for Complex32 {}
 #[cfg(not(target_arch = "nvptx64"))]
 unsafe impl cudarc::driver::ValidAsZeroBits for Complex32 {}
-
-#[cfg(target_arch = "nvptx64")]
-#[inline(always)]
-fn fma(a: f32, b: f32, c: f32) -> f32 {
-    core::intrinsics::fmaf32(a, b, c)
-}
-
-#[cfg(not(target_arch = "nvptx64"))]
-#[inline(always)]
-fn fma(a: f32, b: f32, c: f32) -> f32 {
-    // Host builds only run this in tests; a separate multiply and add is close enough there.
-    a * b + c
-}

@@ -6,7 +6,8 @@
 //! index/tile math. Device-only items (entry points, the prelude, the panic handler) sit
 //! behind `cfg(target_arch = "nvptx64")`.
 //!
-//! - [`conv`]: the convolution kernel families ([`conv::direct`]).
+//! - [`conv`]: the convolution kernel families ([`conv::direct`], [`conv::depthwise`], the FFT
+//!   convolutions).
 //! - [`cgemm`]: batched complex GEMM.
 //! - [`fft`]: batched FFTs (1D; square 2D in shared memory, [`fft::square`], whose pieces the
 //!   FFT convolutions [`conv::fft`] and [`conv::fft_gemm`] are built from).
@@ -36,6 +37,37 @@ pub mod verify;
 pub mod prelude;
 
 pub use magic::MagicDiv;
+
+/// `v`, hidden from the compiler: a loop that runs to it stays a loop, so that its iterations'
+/// loads are not all hoisted to the top (which would keep every iteration's values live).
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+pub(crate) fn opaque(v: u32) -> u32 {
+    let r: u32;
+    unsafe { core::arch::asm!("mov.u32 {r}, {v};", r = out(reg32) r, v = in(reg32) v, options(pure, nomem, nostack)) };
+    r
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+pub(crate) fn opaque(v: u32) -> u32 {
+    v
+}
+
+/// `a * b + c`, rounded once on the GPU.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+pub(crate) fn fma(a: f32, b: f32, c: f32) -> f32 {
+    core::intrinsics::fmaf32(a, b, c)
+}
+
+/// `a * b + c`. Host builds only run this in tests; a separate multiply and add is close
+/// enough there.
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+pub(crate) fn fma(a: f32, b: f32, c: f32) -> f32 {
+    a * b + c
+}
 
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]

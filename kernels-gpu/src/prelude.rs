@@ -247,6 +247,15 @@ pub fn stg_f32x2(global_addr: u64, v: [f32; 2]) {
     };
 }
 
+/// 16-byte global store; `global_addr` 16-byte aligned.
+#[inline(always)]
+pub fn stg_f32x4(global_addr: u64, v: [f32; 4]) {
+    unsafe {
+        asm!("st.global.v4.f32 [{p}], {{{a}, {b}, {c}, {d}}};", p = in(reg64) global_addr,
+            a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3], options(nostack))
+    };
+}
+
 /// 8-byte shared store (two f32, e.g. one complex); `addr` 8-byte aligned.
 #[inline(always)]
 pub fn st_shared_f32x2(addr: u32, v: [f32; 2]) {

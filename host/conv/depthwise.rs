@@ -1,0 +1,162 @@
+//! Launcher of the depthwise convolution (`kernels-gpu/src/conv/depthwise.rs`): groups = C,
+//! K = C or 2C, square 3x3 ... 9x9 filters, stride 1 or 2, no dilation. Other layers run the
+//! direct kernel ([`super::direct`]).
+
+use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
+use kernels_gpu::{
+    MagicDiv,
+    conv::depthwise::{BLOCK_THREADS, DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseTile, MAX_GRID_Z},
+};
+
+/// Every variant the PTX holds.
+pub fn variants() -> &'static [DepthwiseTile] {
+    DEPTHWISE_FWD_VARIANTS
+}
+
+/// Why no variant can compute `conv`, if none can.
+pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
+    let multiplier = conv.k / conv.c;
+    let offered = |f: fn(&DepthwiseTile) -> u32, v: usize| DEPTHWISE_FWD_VARIANTS.iter().any(|t| f(t) as usize == v);
+    if conv.groups != conv.c || conv.k != conv.c * multiplier || !offered(|t| t.multiplier, multiplier) {
+        return Some("depthwise layers only (groups = C, K = C or 2C)");
+    }
+    if conv.r != conv.s || !offered(|t| t.filter, conv.r) {
+        return Some("another filter size (square 3x3, 5x5, 7x7 and 9x9 only)");
+    }
+    if conv.stride[0] != conv.stride[1] || !offered(|t| t.stride, conv.stride[0]) {
+        return Some("another stride (1 or 2, the same along both dimensions)");
+    }
+    if conv.dilation != [1, 1] {
+        return Some("dilation (the direct kernel computes dilated layers)");
+    }
+    // Planes and filter offsets are 32-bit on the GPU; output offsets are 64-bit.
+    if conv.n.checked_mul(conv.c).is_none_or(|planes| planes > i32::MAX as usize)
+        || conv.k * conv.r * conv.s > i32::MAX as usize
+    {
+        return Some("more than 2^31 - 1 planes or filter taps");
+    }
+    None
+}
+
+/// Why `tile` cannot compute `conv`, if it cannot.
+pub fn unsupported(conv: &Conv2d, tile: &DepthwiseTile) -> Option<&'static str> {
+    layer_unsupported(conv).or_else(|| {
+        let layer = [conv.r, conv.stride[0], conv.k / conv.c];
+        let variant = [tile.filter, tile.stride, tile.multiplier].map(|v| v as usize);
+        (layer != variant).then_some("the variant is for another filter size, stride or channel multiplier")
+    })
+}
+
+/// The variants that can compute `conv`.
+pub fn supporting_variants(conv: &Conv2d) -> impl Iterator<Item = &'static DepthwiseTile> + '_ {
+    DEPTHWISE_FWD_VARIANTS.iter().filter(|t| unsupported(conv, t).is_none())
+}
+
+/// The heuristic's tile: of the supporting variants, the one that moves the fewest elements
+/// through shared memory per plane (input tiles with their halos plus the output tiles,
+/// including the parts of edge tiles past the output); ties go to the larger tile.
+pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry) -> Result<DepthwiseTile> {
+    let cost = |t: &DepthwiseTile| {
+        let [down, across] = t.tiles(geom.out_h as u64, geom.out_w as u64);
+        down * across * (t.in_tile_h() * t.in_tile_w() + t.tile_h * t.tile_w) as u64
+    };
+    if let Some(reason) = layer_unsupported(conv) {
+        return Err(Error::Unsupported { algorithm: "depthwise", reason: reason.to_owned() });
+    }
+    let tile = supporting_variants(conv).min_by_key(|t| (cost(t), std::cmp::Reverse(t.tile_h * t.tile_w)));
+    Ok(*tile.expect("every filter, stride and multiplier offered comes in every tile size"))
+}
+
+/// The kernel parameters for `conv` with `tile`; the addresses are filled in at launch.
+/// `vector_stores`: whether `y` is 16-byte aligned.
+pub fn params(conv: &Conv2d, geom: &ConvGeometry, tile: &DepthwiseTile, y_aligned: bool) -> DepthwiseFwdParams {
+    // `Conv2d::geometry` and `unsupported` have checked that every value fits its field.
+    let u = |v: usize| v as u32;
+    let magic = |d: u64| MagicDiv::new(d as u32).expect("validated extents are non-zero");
+    let [_, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
+    DepthwiseFwdParams {
+        x: 0,
+        w: 0,
+        y: 0,
+        in_h: u(conv.h),
+        in_w: u(conv.w),
+        in_plane: u(conv.h * conv.w),
+        out_h: u(geom.out_h),
+        out_w: u(geom.out_w),
+        pad_h: conv.pad[0] as i32,
+        pad_w: conv.pad[1] as i32,
+        planes: u(conv.n * conv.c),
+        vector_stores: (y_aligned && geom.out_w.is_multiple_of(4)) as u32,
+        z_base: 0,
+        tiles_w: magic(across),
+        channels: magic(conv.c as u64),
+    }
+}
+
+/// `y = conv(x, w)` on `stream` with the heuristic's tile. Buffers are NCHW / KCRS, f32,
+/// exactly the sizes of [`Conv2d::geometry`], and belong to `gpu`.
+pub fn forward(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    conv: &Conv2d,
+    x: &impl DevicePtr<f32>,
+    w: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<f32>,
+) -> Result<()> {
+    let geom = conv.geometry()?;
+    let tile = choose_tile(conv, &geom)?;
+    forward_with(gpu, stream, conv, &tile, x, w, y)
+}
+
+/// `y = conv(x, w)` on `stream` with an explicit variant (one of [`variants`]).
+pub fn forward_with(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    conv: &Conv2d,
+    tile: &DepthwiseTile,
+    x: &impl DevicePtr<f32>,
+    w: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<f32>,
+) -> Result<()> {
+    let geom = conv.geometry()?;
+    if !DEPTHWISE_FWD_VARIANTS.contains(tile) {
+        return Err(Error::UnsupportedTile {
+            tile: tile.name,
+            reason: "not a kernel of this build (see depthwise::variants)",
+        });
+    }
+    if let Some(reason) = unsupported(conv, tile) {
+        return Err(Error::UnsupportedTile { tile: tile.name, reason });
+    }
+    let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
+    let grid_x = u32::try_from(down * across)
+        .ok()
+        .filter(|&x| x <= i32::MAX as u32)
+        .ok_or(Error::UnsupportedTile { tile: tile.name, reason: "more than 2^31 - 1 tiles per plane" })?;
+    super::check_buffers(gpu, &geom, x, w, y)?;
+    let plane_groups = tile.plane_groups((conv.n * conv.c) as u64);
+    {
+        let (x_ptr, _x_sync) = x.device_ptr(stream);
+        let (w_ptr, _w_sync) = w.device_ptr(stream);
+        let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
+        let mut p = params(conv, &geom, tile, y_ptr.is_multiple_of(16));
+        (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
+        // Plane groups beyond the grid's z-limit go out as further launches.
+        let mut z_base = 0u64;
+        while z_base < plane_groups {
+            let z = (plane_groups - z_base).min(MAX_GRID_Z as u64) as u32;
+            p.z_base = z_base as u32;
+            let cfg = LaunchConfig {
+                grid_dim: (grid_x, 1, z),
+                block_dim: (BLOCK_THREADS, 1, 1),
+                shared_mem_bytes: tile.smem_bytes(),
+            };
+            // Safety: the buffers were checked to hold exactly the shape's extents, which
+            // `Conv2d::geometry` and `unsupported` bound to the kernel's index arithmetic.
+            unsafe { gpu.launch(stream, tile.name, cfg, p) }?;
+            z_base += z as u64;
+        }
+    } // the buffers' cross-stream events are recorded here
+    gpu.check_deferred()
+}

@@ -1,0 +1,481 @@
+//! Depthwise convolution (groups = C, channel multiplier M = K / C of 1 or 2), forward, f32,
+//! NCHW: the kernel ABI, its tile math and the block program. Launched by
+//! `host/conv/depthwise.rs`. Layers outside its variants (other or rectangular filters, other
+//! strides, dilation) run the grouped direct kernel (`conv/direct.rs`), the generic path.
+//!
+//! A block computes a `tile_h x tile_w` tile of outputs in each of [`DepthwiseTile::planes_per_block`]
+//! consecutive input planes (`image * C + channel`: adjacent in memory, so small maps still fill
+//! a block), for all M output channels of each plane:
+//! 1. The input tile and its halo are copied to shared memory with the zero padding
+//!    materialised there, [`LOAD_BATCH`] independent loads in flight per thread; the inner loop
+//!    then has no bounds checks.
+//! 2. Each thread computes [`RY`] rows of [`PX`] adjacent outputs of one plane for its M output
+//!    channels. Filter row by filter row, it holds that row's M·S taps in registers and reads,
+//!    for each of its output rows, the input row's window in 16-byte pieces from shared memory.
+//!    A row of PX outputs leaves in one 16-byte store where the output row allows.
+//!
+//! Grid: x = spatial tile (`tile_row * tiles_w + tile_col`, unpacked with magic division),
+//! z = plane group from `z_base` (a launch covers at most [`MAX_GRID_Z`]; the host issues as
+//! many launches as the planes need).
+//!
+//! The block program is generic over [`TileBlock`], so the host's tests run this very code on
+//! the CPU against the f64 reference, with every shared-memory access tracked.
+
+use crate::MagicDiv;
+use bytemuck::{Pod, Zeroable};
+
+/// Threads per block of every depthwise kernel.
+pub const BLOCK_THREADS: u32 = 128;
+/// Adjacent outputs of one row per thread: one 16-byte store.
+pub const PX: u32 = 4;
+/// Output rows per thread: an input row read from shared memory feeds up to RY of them.
+pub const RY: u32 = 2;
+/// Loads each thread keeps in flight while copying the input tile.
+pub const LOAD_BATCH: usize = 8;
+/// CUDA's limit on `gridDim.z`.
+pub const MAX_GRID_Z: u32 = 65535;
+/// The largest window of any variant, `(PX - 1) * 2 + 9`: the window's register array is sized
+/// by it and its unused part is never touched.
+const MAX_WINDOW: usize = 16;
+
+/// Parameters of every depthwise forward kernel, passed by value. Addresses are device
+/// pointers; the host validates every extent to fit the kernel's 32-bit index arithmetic
+/// (planes, in-plane offsets and output planes below 2^31).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct DepthwiseFwdParams {
+    pub x: u64,
+    pub w: u64,
+    pub y: u64,
+    pub in_h: u32,
+    pub in_w: u32,
+    /// `in_h * in_w`.
+    pub in_plane: u32,
+    pub out_h: u32,
+    pub out_w: u32,
+    pub pad_h: i32,
+    pub pad_w: i32,
+    /// Input planes of all images, `n * c`.
+    pub planes: u32,
+    /// 1 where rows of [`PX`] outputs may be stored as one 16-byte vector (`out_w` a multiple
+    /// of 4 and `y` 16-byte aligned).
+    pub vector_stores: u32,
+    /// Plane group of this launch's `blockIdx.z == 0`.
+    pub z_base: u32,
+    /// Divides a tile index by the tiles across the output's width.
+    pub tiles_w: MagicDiv,
+    /// Divides a plane index by the channels `c` (its remainder is the channel).
+    pub channels: MagicDiv,
+}
+
+/// One variant: filter size, stride and channel multiplier it computes, and its output tile.
+/// Each is its own PTX entry point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DepthwiseTile {
+    pub name: &'static str,
+    /// R = S.
+    pub filter: u32,
+    /// Along both dimensions.
+    pub stride: u32,
+    /// Output channels per input channel.
+    pub multiplier: u32,
+    pub tile_h: u32,
+    pub tile_w: u32,
+}
+
+impl DepthwiseTile {
+    /// Threads along one row of the tile.
+    pub const fn threads_per_row(&self) -> u32 {
+        self.tile_w / PX
+    }
+
+    /// Threads that compute one plane's tile.
+    pub const fn threads_per_plane(&self) -> u32 {
+        self.threads_per_row() * (self.tile_h / RY)
+    }
+
+    pub const fn planes_per_block(&self) -> u32 {
+        BLOCK_THREADS / self.threads_per_plane()
+    }
+
+    /// Input rows under the tile, halo included.
+    pub const fn in_tile_h(&self) -> u32 {
+        (self.tile_h - 1) * self.stride + self.filter
+    }
+
+    /// Input columns under the tile, halo included.
+    pub const fn in_tile_w(&self) -> u32 {
+        (self.tile_w - 1) * self.stride + self.filter
+    }
+
+    /// Input columns under one thread's PX outputs.
+    pub const fn window(&self) -> u32 {
+        (PX - 1) * self.stride + self.filter
+    }
+
+    /// Floats per shared-memory row: a multiple of 4, so that every thread's window starts
+    /// 16-byte aligned.
+    pub const fn smem_row(&self) -> u32 {
+        self.in_tile_w().next_multiple_of(4)
+    }
+
+    pub const fn smem_plane(&self) -> u32 {
+        self.in_tile_h() * self.smem_row()
+    }
+
+    pub const fn smem_bytes(&self) -> u32 {
+        4 * self.planes_per_block() * self.smem_plane()
+    }
+
+    /// Elements the copy phase moves into shared memory.
+    pub const fn tile_elements(&self) -> u32 {
+        self.planes_per_block() * self.in_tile_h() * self.in_tile_w()
+    }
+
+    /// Tiles down and across an `out_h x out_w` output.
+    pub const fn tiles(&self, out_h: u64, out_w: u64) -> [u64; 2] {
+        [out_h.div_ceil(self.tile_h as u64), out_w.div_ceil(self.tile_w as u64)]
+    }
+
+    /// Blocks along the grid's z for `planes` input planes.
+    pub const fn plane_groups(&self, planes: u64) -> u64 {
+        planes.div_ceil(self.planes_per_block() as u64)
+    }
+
+    /// Whether the variant's shape is one the program handles: whole thread rows, whole
+    /// planes per block, a window that fits the register array.
+    pub const fn is_well_formed(&self) -> bool {
+        self.tile_w.is_multiple_of(PX)
+            && self.tile_h.is_multiple_of(RY)
+            && BLOCK_THREADS.is_multiple_of(self.threads_per_plane())
+            && self.window() <= MAX_WINDOW as u32
+    }
+}
+
+/// What the block program touches, and how a block's threads run it.
+pub trait TileBlock {
+    /// Runs `f(self, thread)` for every thread of the block.
+    fn each_thread(&mut self, f: impl FnMut(&mut Self, u32));
+    /// Every thread's earlier shared-memory accesses happen before any later one.
+    fn barrier(&mut self);
+    /// Element `offset` of the input.
+    fn read_x(&mut self, offset: u64) -> f32;
+    /// Element `offset` of the filters.
+    fn read_w(&mut self, offset: u64) -> f32;
+    fn write_y(&mut self, offset: u64, v: f32);
+    /// Outputs `offset .. offset + 4`; `offset` a multiple of 4.
+    fn write_y4(&mut self, offset: u64, v: [f32; 4]);
+    fn store(&mut self, slot: u32, v: f32);
+    fn load(&mut self, slot: u32) -> f32;
+    /// Slots `slot .. slot + 2`; `slot` even.
+    fn load2(&mut self, slot: u32) -> [f32; 2];
+    /// Slots `slot .. slot + 4`; `slot` a multiple of 4.
+    fn load4(&mut self, slot: u32) -> [f32; 4];
+}
+
+/// The block program: the tile `tile_index` (row-major over the output's tiles) of plane group
+/// `plane_group`, for the variant given by the const parameters (filter `K`, stride `ST`,
+/// multiplier `M`, tile `TH x TW`).
+// Register arrays are indexed in lockstep by compile-time-constant loop counters (fully
+// unrolled); iterator chains over several of them would hide that.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize, const TW: usize, B: TileBlock>(
+    b: &mut B,
+    p: &DepthwiseFwdParams,
+    tile_index: u32,
+    plane_group: u32,
+) {
+    let t = DepthwiseTile {
+        name: "",
+        filter: K as u32,
+        stride: ST as u32,
+        multiplier: M as u32,
+        tile_h: TH as u32,
+        tile_w: TW as u32,
+    };
+    let (tile_row, tile_col) = p.tiles_w.div_rem(tile_index);
+    let first_plane = plane_group * t.planes_per_block();
+    let iy0 = (tile_row * t.tile_h * t.stride) as i32 - p.pad_h;
+    let ix0 = (tile_col * t.tile_w * t.stride) as i32 - p.pad_w;
+
+    // 1. The input tile, halo and zero padding into shared memory, plane by plane, row-major.
+    let (in_h, in_w, total) = (t.in_tile_h(), t.in_tile_w(), t.tile_elements());
+    let batches = total.div_ceil(BLOCK_THREADS * LOAD_BATCH as u32);
+    b.each_thread(
+        #[inline(always)]
+        |b, thread| {
+            for batch in 0..batches {
+                let mut value = [0.0f32; LOAD_BATCH];
+                let mut slot = [0u32; LOAD_BATCH];
+                let mut live = [false; LOAD_BATCH];
+                for j in 0..LOAD_BATCH {
+                    let e = thread + BLOCK_THREADS * (batch * LOAD_BATCH as u32 + j as u32);
+                    let (plane, rest) = (e / (in_h * in_w), e % (in_h * in_w));
+                    let (row, col) = (rest / in_w, rest % in_w);
+                    let q = first_plane + plane;
+                    let (y, x) = (iy0 + row as i32, ix0 + col as i32);
+                    live[j] = e < total;
+                    let inside = live[j] && q < p.planes && (y as u32) < p.in_h && (x as u32) < p.in_w;
+                    // Padding reads the tensor's first element and keeps zero, so that a batch's
+                    // loads issue back to back, without branches.
+                    let offset =
+                        if inside { q as u64 * p.in_plane as u64 + (y as u32 * p.in_w + x as u32) as u64 } else { 0 };
+                    let v = b.read_x(offset);
+                    value[j] = if inside { v } else { 0.0 };
+                    slot[j] = plane * t.smem_plane() + row * t.smem_row() + col;
+                }
+                for j in 0..LOAD_BATCH {
+                    if live[j] {
+                        b.store(slot[j], value[j]);
+                    }
+                }
+            }
+        },
+    );
+    b.barrier();
+
+    // 2. Each thread: RY rows of PX outputs of one plane, for its M output channels.
+    b.each_thread(
+        #[inline(always)]
+        |b, thread| {
+            let plane = thread / t.threads_per_plane();
+            let in_plane = thread % t.threads_per_plane();
+            let (ry, cx) = (in_plane / t.threads_per_row(), in_plane % t.threads_per_row());
+            let q = first_plane + plane;
+            if q >= p.planes {
+                return;
+            }
+            let channel = p.channels.div_rem(q).1;
+            let mut acc = [[[0.0f32; PX as usize]; RY as usize]; M];
+            let corner = plane * t.smem_plane() + ry * RY * t.stride * t.smem_row() + cx * PX * t.stride;
+            // Filter row by filter row, so that only one row of taps per output channel is live:
+            // unrolled, the rows' loads all move to the top and a 7x7 filter held 167 registers.
+            let mut fr = 0;
+            while fr < crate::opaque(K as u32) {
+                let mut w = [[0.0f32; K]; M];
+                for m in 0..M {
+                    let first = ((channel * M as u32 + m as u32) * K as u32 + fr) * K as u32;
+                    for s in 0..K {
+                        w[m][s] = b.read_w(first as u64 + s as u64);
+                    }
+                }
+                for r in 0..RY as usize {
+                    let win = window::<K, ST, B>(b, corner + ((r * ST) as u32 + fr) * t.smem_row());
+                    for m in 0..M {
+                        for i in 0..PX as usize {
+                            for s in 0..K {
+                                acc[m][r][i] = crate::fma(win[i * ST + s], w[m][s], acc[m][r][i]);
+                            }
+                        }
+                    }
+                }
+                fr += 1;
+            }
+
+            let (oy0, ox0) = (tile_row * t.tile_h + ry * RY, tile_col * t.tile_w + cx * PX);
+            for m in 0..M {
+                let out_plane = q as u64 * M as u64 + m as u64;
+                for r in 0..RY as usize {
+                    let oy = oy0 + r as u32;
+                    if oy < p.out_h {
+                        let row = (out_plane * p.out_h as u64 + oy as u64) * p.out_w as u64 + ox0 as u64;
+                        if p.vector_stores != 0 && ox0 + PX <= p.out_w {
+                            b.write_y4(row, acc[m][r]);
+                        } else {
+                            for i in 0..PX as usize {
+                                if ox0 + (i as u32) < p.out_w {
+                                    b.write_y(row + i as u64, acc[m][r][i]);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    );
+}
+
+/// The `(PX - 1) * ST + K` input values under one thread's outputs, from `slot` (a multiple
+/// of 4) on: 16-byte loads, then an 8-byte and a 4-byte one for the rest.
+#[inline(always)]
+fn window<const K: usize, const ST: usize, B: TileBlock>(b: &mut B, slot: u32) -> [f32; MAX_WINDOW] {
+    let len = (PX as usize - 1) * ST + K;
+    let mut v = [0.0f32; MAX_WINDOW];
+    for q in 0..len / 4 {
+        v[4 * q..4 * q + 4].copy_from_slice(&b.load4(slot + 4 * q as u32));
+    }
+    let mut i = len / 4 * 4;
+    if len - i >= 2 {
+        v[i..i + 2].copy_from_slice(&b.load2(slot + i as u32));
+        i += 2;
+    }
+    if i < len {
+        v[i] = b.load(slot + i as u32);
+    }
+    v
+}
+
+macro_rules! depthwise_fwd_variants {
+    ($(($name:ident, $k:literal, $st:literal, $m:literal, $th:literal, $tw:literal)),* $(,)?) => {
+        /// Every variant in the PTX, by entry-point name.
+        pub const DEPTHWISE_FWD_VARIANTS: &[DepthwiseTile] = &[
+            $(DepthwiseTile { name: stringify!($name), filter: $k, stride: $st, multiplier: $m, tile_h: $th, tile_w: $tw }),*
+        ];
+
+        /// The block program of the variant named `name`, for a [`TileBlock`] of the caller's
+        /// (the host's tests run it on the CPU).
+        pub fn program<B: TileBlock>(name: &str) -> Option<fn(&mut B, &DepthwiseFwdParams, u32, u32)> {
+            match name {
+                $(stringify!($name) => Some(convolve::<$k, $st, $m, $th, $tw, B>),)*
+                _ => None,
+            }
+        }
+
+        #[cfg(target_arch = "nvptx64")]
+        mod entry {
+            use crate::prelude::{block_idx_x, block_idx_z};
+            $(
+                #[unsafe(no_mangle)]
+                pub unsafe extern "ptx-kernel" fn $name(p: super::DepthwiseFwdParams) {
+                    let mut b = super::GpuTileBlock::new(&p);
+                    super::convolve::<$k, $st, $m, $th, $tw, _>(&mut b, &p, block_idx_x(), p.z_base + block_idx_z());
+                }
+            )*
+        }
+    };
+}
+
+depthwise_fwd_variants!(
+    (depthwise_k3_s1_m1_32x32, 3, 1, 1, 32, 32),
+    (depthwise_k3_s1_m1_16x16, 3, 1, 1, 16, 16),
+    (depthwise_k3_s1_m1_8x8, 3, 1, 1, 8, 8),
+    (depthwise_k3_s1_m2_32x32, 3, 1, 2, 32, 32),
+    (depthwise_k3_s1_m2_16x16, 3, 1, 2, 16, 16),
+    (depthwise_k3_s1_m2_8x8, 3, 1, 2, 8, 8),
+    (depthwise_k3_s2_m1_32x32, 3, 2, 1, 32, 32),
+    (depthwise_k3_s2_m1_16x16, 3, 2, 1, 16, 16),
+    (depthwise_k3_s2_m1_8x8, 3, 2, 1, 8, 8),
+    (depthwise_k3_s2_m2_32x32, 3, 2, 2, 32, 32),
+    (depthwise_k3_s2_m2_16x16, 3, 2, 2, 16, 16),
+    (depthwise_k3_s2_m2_8x8, 3, 2, 2, 8, 8),
+    (depthwise_k5_s1_m1_32x32, 5, 1, 1, 32, 32),
+    (depthwise_k5_s1_m1_16x16, 5, 1, 1, 16, 16),
+    (depthwise_k5_s1_m1_8x8, 5, 1, 1, 8, 8),
+    (depthwise_k5_s1_m2_32x32, 5, 1, 2, 32, 32),
+    (depthwise_k5_s1_m2_16x16, 5, 1, 2, 16, 16),
+    (depthwise_k5_s1_m2_8x8, 5, 1, 2, 8, 8),
+    (depthwise_k5_s2_m1_32x32, 5, 2, 1, 32, 32),
+    (depthwise_k5_s2_m1_16x16, 5, 2, 1, 16, 16),
+    (depthwise_k5_s2_m1_8x8, 5, 2, 1, 8, 8),
+    (depthwise_k5_s2_m2_32x32, 5, 2, 2, 32, 32),
+    (depthwise_k5_s2_m2_16x16, 5, 2, 2, 16, 16),
+    (depthwise_k5_s2_m2_8x8, 5, 2, 2, 8, 8),
+    (depthwise_k7_s1_m1_32x32, 7, 1, 1, 32, 32),
+    (depthwise_k7_s1_m1_16x16, 7, 1, 1, 16, 16),
+    (depthwise_k7_s1_m1_8x8, 7, 1, 1, 8, 8),
+    (depthwise_k7_s1_m2_32x32, 7, 1, 2, 32, 32),
+    (depthwise_k7_s1_m2_16x16, 7, 1, 2, 16, 16),
+    (depthwise_k7_s1_m2_8x8, 7, 1, 2, 8, 8),
+    (depthwise_k7_s2_m1_32x32, 7, 2, 1, 32, 32),
+    (depthwise_k7_s2_m1_16x16, 7, 2, 1, 16, 16),
+    (depthwise_k7_s2_m1_8x8, 7, 2, 1, 8, 8),
+    (depthwise_k7_s2_m2_32x32, 7, 2, 2, 32, 32),
+    (depthwise_k7_s2_m2_16x16, 7, 2, 2, 16, 16),
+    (depthwise_k7_s2_m2_8x8, 7, 2, 2, 8, 8),
+    (depthwise_k9_s1_m1_32x32, 9, 1, 1, 32, 32),
+    (depthwise_k9_s1_m1_16x16, 9, 1, 1, 16, 16),
+    (depthwise_k9_s1_m1_8x8, 9, 1, 1, 8, 8),
+    (depthwise_k9_s1_m2_32x32, 9, 1, 2, 32, 32),
+    (depthwise_k9_s1_m2_16x16, 9, 1, 2, 16, 16),
+    (depthwise_k9_s1_m2_8x8, 9, 1, 2, 8, 8),
+    (depthwise_k9_s2_m1_32x32, 9, 2, 1, 32, 32),
+    (depthwise_k9_s2_m1_16x16, 9, 2, 1, 16, 16),
+    (depthwise_k9_s2_m1_8x8, 9, 2, 1, 8, 8),
+    (depthwise_k9_s2_m2_32x32, 9, 2, 2, 32, 32),
+    (depthwise_k9_s2_m2_16x16, 9, 2, 2, 16, 16),
+    (depthwise_k9_s2_m2_8x8, 9, 2, 2, 8, 8),
+);
+
+const _: () = {
+    let mut i = 0;
+    while i < DEPTHWISE_FWD_VARIANTS.len() {
+        assert!(DEPTHWISE_FWD_VARIANTS[i].is_well_formed());
+        i += 1;
+    }
+};
+
+/// The GPU's [`TileBlock`]: shared memory from the dynamic segment, inputs and filters read
+/// through the non-coherent path.
+#[cfg(target_arch = "nvptx64")]
+pub struct GpuTileBlock {
+    smem: u32,
+    x: u64,
+    w: u64,
+    y: u64,
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod device {
+    use super::{DepthwiseFwdParams, GpuTileBlock, TileBlock};
+    use crate::prelude::*;
+
+    impl GpuTileBlock {
+        #[inline(always)]
+        pub fn new(p: &DepthwiseFwdParams) -> Self {
+            GpuTileBlock { smem: smem_base(), x: to_global(p.x), w: to_global(p.w), y: to_global(p.y) }
+        }
+    }
+
+    impl TileBlock for GpuTileBlock {
+        #[inline(always)]
+        fn each_thread(&mut self, mut f: impl FnMut(&mut Self, u32)) {
+            f(self, thread_idx_x());
+        }
+
+        #[inline(always)]
+        fn barrier(&mut self) {
+            sync_threads();
+        }
+
+        #[inline(always)]
+        fn read_x(&mut self, offset: u64) -> f32 {
+            ldg_nc_f32(self.x + 4 * offset)
+        }
+
+        #[inline(always)]
+        fn read_w(&mut self, offset: u64) -> f32 {
+            ldg_nc_f32(self.w + 4 * offset)
+        }
+
+        #[inline(always)]
+        fn write_y(&mut self, offset: u64, v: f32) {
+            stg_f32(self.y + 4 * offset, v);
+        }
+
+        #[inline(always)]
+        fn write_y4(&mut self, offset: u64, v: [f32; 4]) {
+            stg_f32x4(self.y + 4 * offset, v);
+        }
+
+        #[inline(always)]
+        fn store(&mut self, slot: u32, v: f32) {
+            st_shared_f32(self.smem + 4 * slot, v);
+        }
+
+        #[inline(always)]
+        fn load(&mut self, slot: u32) -> f32 {
+            ld_shared_f32(self.smem + 4 * slot)
+        }
+
+        #[inline(always)]
+        fn load2(&mut self, slot: u32) -> [f32; 2] {
+            ld_shared_f32x2(self.smem + 4 * slot)
+        }
+
+        #[inline(always)]
+        fn load4(&mut self, slot: u32) -> [f32; 4] {
+            ld_shared_f32x4(self.smem + 4 * slot)
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The depthwise kernel without a GPU: its block program (`kernels_gpu::conv::depthwise`),
+//! the code the GPU runs, over every block of the launcher's grid on the CPU, against the f64
+//! reference. Every shared-memory access is tracked: a slot read before it was written, or
+//! touched by two threads between two barriers with one of them writing, fails the test (the
+//! kernel would race there), as does an output written twice or never, or any access outside
+//! the tensors and the block's shared memory.
+
+use convkit::{
+    Conv2d, Error, depthwise,
+    harness::reference::{compare_host, cpu_reference, host_uniform},
+};
+use kernels_gpu::{
+    conv::depthwise::{DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseTile, TileBlock, program},
+    verify::Tolerance,
+};
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+use std::collections::HashMap;
+
+/// The CPU's [`TileBlock`]: threads run one after another; shared memory and output writes are
+/// tracked.
+struct CpuTileBlock<'a> {
+    smem: Vec<Option<f32>>,
+    /// Per slot touched since the last barrier: the threads that read it, the one that wrote it.
+    access: HashMap<u32, (Vec<u32>, Option<u32>)>,
+    thread: u32,
+    x: &'a [f32],
+    w: &'a [f32],
+    y: &'a mut [f32],
+    written: &'a mut [bool],
+}
+
+impl CpuTileBlock<'_> {
+    fn touch(&mut self, slot: u32, write: bool) {
+        assert!((slot as usize) < self.smem.len(), "slot {slot} is past the block's shared memory");
+        let thread = self.thread;
+        let (readers, writer) = self.access.entry(slot).or_default();
+        if let Some(w) = *writer {
+            assert_eq!(w, thread, "slot {slot}: thread {thread} touches what thread {w} wrote in the same phase");
+        }
+        if write {
+            assert!(readers.iter().all(|&r| r == thread), "slot {slot}: thread {thread} overwrites another's read");
+            *writer = Some(thread);
+        } else if !readers.contains(&thread) {
+            readers.push(thread);
+        }
+    }
+
+    fn write(&mut self, offset: u64, v: f32) {
+        let i = offset as usize;
+        assert!(!self.written[i], "output {offset} written twice");
+        self.written[i] = true;
+        self.y[i] = v;
+    }
+}
+
+impl TileBlock for CpuTileBlock<'_> {
+    fn each_thread(&mut self, mut f: impl FnMut(&mut Self, u32)) {
+        for thread in 0..kernels_gpu::conv::depthwise::BLOCK_THREADS {
+            self.thread = thread;
+            f(self, thread);
+        }
+    }
+
+    fn barrier(&mut self) {
+        self.access.clear();
+    }
+
+    fn read_x(&mut self, offset: u64) -> f32 {
+        self.x[offset as usize]
+    }
+
+    fn read_w(&mut self, offset: u64) -> f32 {
+        self.w[offset as usize]
+    }
+
+    fn write_y(&mut self, offset: u64, v: f32) {
+        self.write(offset, v);
+    }
+
+    fn write_y4(&mut self, offset: u64, v: [f32; 4]) {
+        assert!(offset.is_multiple_of(4), "16-byte store at element {offset}");
+        for (i, v) in v.into_iter().enumerate() {
+            self.write(offset + i as u64, v);
+        }
+    }
+
+    fn store(&mut self, slot: u32, v: f32) {
+        self.touch(slot, true);
+        self.smem[slot as usize] = Some(v);
+    }
+
+    fn load(&mut self, slot: u32) -> f32 {
+        self.touch(slot, false);
+        self.smem[slot as usize].unwrap_or_else(|| panic!("slot {slot} read before it was written"))
+    }
+
+    fn load2(&mut self, slot: u32) -> [f32; 2] {
+        assert!(slot.is_multiple_of(2), "8-byte shared load at slot {slot}");
+        [self.load(slot), self.load(slot + 1)]
+    }
+
+    fn load4(&mut self, slot: u32) -> [f32; 4] {
+        assert!(slot.is_multiple_of(4), "16-byte shared load at slot {slot}");
+        [self.load(slot), self.load(slot + 1), self.load(slot + 2), self.load(slot + 3)]
+    }
+}
+
+/// Runs `tile` over the launcher's whole grid on the CPU and checks it against f64.
+fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, y_aligned: bool) -> f64 {
+    let geom = conv.geometry().unwrap();
+    let x = host_uniform(conv.n as u64 * 7 + conv.c as u64, geom.x_len);
+    let w = host_uniform(conv.r as u64 * 13 + conv.k as u64, geom.w_len);
+    let mut y = vec![f32::NAN; geom.y_len];
+    let mut written = vec![false; geom.y_len];
+    let p: DepthwiseFwdParams = depthwise::params(conv, &geom, tile, y_aligned);
+    let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
+    for group in 0..tile.plane_groups((conv.n * conv.c) as u64) {
+        for tile_index in 0..down * across {
+            let mut b = CpuTileBlock {
+                smem: vec![None; (tile.smem_bytes() / 4) as usize],
+                access: HashMap::new(),
+                thread: 0,
+                x: &x,
+                w: &w,
+                y: &mut y,
+                written: &mut written,
+            };
+            let run = program::<CpuTileBlock>(tile.name).expect("every variant has a program");
+            run(&mut b, &p, tile_index as u32, group as u32);
+        }
+    }
+    assert!(written.iter().all(|&w| w), "{conv} on {}: outputs never written", tile.name);
+    let truth = cpu_reference(conv, &x, &w).unwrap();
+    let stats = compare_host(&y, &truth, Tolerance::f32_sum(geom.taps(conv) as u64));
+    assert!(
+        stats.passed(),
+        "{conv} on {}: {} outputs beyond the bound (worst {:.3} of it, first at {})",
+        tile.name,
+        stats.violations,
+        stats.worst_ratio(),
+        stats.first_violation
+    );
+    stats.worst_ratio()
+}
+
+fn depthwise_conv(n: usize, c: usize, hw: [usize; 2], filter: usize, stride: usize, multiplier: usize) -> Conv2d {
+    let mut conv = Conv2d::new(c, hw[0], hw[1], c * multiplier, filter, filter);
+    (conv.n, conv.groups) = (n, c);
+    conv.stride = [stride, stride];
+    conv.pad = [filter / 2, filter / 2];
+    conv
+}
+
+#[test]
+fn every_variant_computes_the_convolution_on_the_cpu() {
+    let mut rng = SmallRng::seed_from_u64(11);
+    for tile in DEPTHWISE_FWD_VARIANTS {
+        // A map smaller than the tile, one a little larger than it (a partial edge tile on both
+        // sides), plane counts that leave the last block's planes partly empty; random padding.
+        for hw in
+            [[5, 7], [tile.tile_h as usize * tile.stride as usize + 3, tile.tile_w as usize * tile.stride as usize + 5]]
+        {
+            let planes = tile.planes_per_block() as usize + 1;
+            let mut conv = depthwise_conv(
+                2,
+                planes.div_ceil(2),
+                hw,
+                tile.filter as usize,
+                tile.stride as usize,
+                tile.multiplier as usize,
+            );
+            let reach = tile.filter as usize / 2;
+            conv.pad = [rng.random_range(0..=reach), rng.random_range(0..=reach)];
+            conv.h = conv.h.max(tile.filter as usize);
+            conv.w = conv.w.max(tile.filter as usize);
+            for y_aligned in [true, false] {
+                run_on_cpu(&conv, tile, y_aligned);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_heuristic_tile_fits_the_map() {
+    let pick = |hw| {
+        let conv = depthwise_conv(8, 32, [hw, hw], 3, 1, 1);
+        let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
+        (tile.tile_h, tile.tile_w)
+    };
+    // Maps that one tile size covers exactly take the largest such; halos cost the rest.
+    assert_eq!(pick(7), (8, 8));
+    assert_eq!(pick(14), (16, 16));
+    assert_eq!(pick(64), (32, 32));
+}
+
+#[test]
+fn layers_outside_the_variants_are_refused_with_a_reason() {
+    let ok = depthwise_conv(1, 8, [9, 9], 3, 1, 1);
+    assert!(depthwise::choose_tile(&ok, &ok.geometry().unwrap()).is_ok());
+    let mut dilated = ok.clone();
+    dilated.dilation = [2, 2];
+    let mut grouped = ok.clone();
+    (grouped.groups, grouped.k) = (4, 8);
+    let mut rectangular = ok.clone();
+    rectangular.s = 5;
+    let mut strided = ok.clone();
+    strided.stride = [1, 2];
+    let triple = depthwise_conv(1, 8, [9, 9], 3, 1, 3);
+    let even = depthwise_conv(1, 8, [9, 9], 4, 1, 1);
+    for (conv, words) in [
+        (&dilated, "dilation"),
+        (&grouped, "depthwise layers only"),
+        (&rectangular, "filter size"),
+        (&strided, "stride"),
+        (&triple, "depthwise layers only"),
+        (&even, "filter size"),
+    ] {
+        match depthwise::choose_tile(conv, &conv.geometry().unwrap()) {
+            Err(Error::Unsupported { algorithm: "depthwise", reason }) => {
+                assert!(reason.contains(words), "{conv}: {reason:?} does not say {words:?}")
+            }
+            other => panic!("{conv}: expected a refusal, got {other:?}"),
+        }
+    }
+    // An explicit variant of another filter size is refused before any launch would be.
+    let tile = DEPTHWISE_FWD_VARIANTS.iter().find(|t| t.filter == 5).unwrap();
+    assert!(depthwise::unsupported(&ok, tile).is_some());
+}
