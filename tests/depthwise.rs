@@ -45,6 +45,11 @@ impl CpuTileBlock<'_> {
         }
     }
 
+    fn store(&mut self, slot: u32, v: f32) {
+        self.touch(slot, true);
+        self.smem[slot as usize] = Some(v);
+    }
+
     fn write(&mut self, offset: u64, v: f32) {
         let i = offset as usize;
         assert!(!self.written[i], "output {offset} written twice");
@@ -65,13 +70,18 @@ impl TileBlock for CpuTileBlock<'_> {
         self.access.clear();
     }
 
-    fn read_x(&mut self, offset: u64) -> f32 {
-        self.x[offset as usize]
+    fn copy_x(&mut self, slot: u32, offset: u64, inside: bool) {
+        assert!(inside || offset == 0, "padding copies from element 0");
+        let v = if inside { self.x[offset as usize] } else { 0.0 };
+        self.store(slot, v);
     }
 
-    fn read_w(&mut self, offset: u64) -> f32 {
-        self.w[offset as usize]
+    fn copy_w(&mut self, slot: u32, offset: u64) {
+        let v = self.w[offset as usize];
+        self.store(slot, v);
     }
+
+    fn wait_copies(&mut self) {}
 
     fn write_y(&mut self, offset: u64, v: f32) {
         self.write(offset, v);
@@ -82,11 +92,6 @@ impl TileBlock for CpuTileBlock<'_> {
         for (i, v) in v.into_iter().enumerate() {
             self.write(offset + i as u64, v);
         }
-    }
-
-    fn store(&mut self, slot: u32, v: f32) {
-        self.touch(slot, true);
-        self.smem[slot as usize] = Some(v);
     }
 
     fn load(&mut self, slot: u32) -> f32 {

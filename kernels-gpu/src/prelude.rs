@@ -41,6 +41,23 @@ pub fn sync_threads() {
     unsafe { nvptx::_syncthreads() }
 }
 
+/// Starts copying one f32 from global memory to shared memory (`cp.async`, sm_80 and later)
+/// without holding a register; `src_bytes` 0 writes a zero instead (`global_addr` must still be
+/// a valid address). Complete after [`cp_async_wait_all`].
+#[inline(always)]
+pub fn cp_async_f32(smem_addr: u32, global_addr: u64, src_bytes: u32) {
+    unsafe {
+        asm!("cp.async.ca.shared.global [{d}], [{s}], 4, {n};", d = in(reg32) smem_addr, s = in(reg64) global_addr,
+            n = in(reg32) src_bytes, options(nostack))
+    };
+}
+
+/// Waits for this thread's [`cp_async_f32`] copies (other threads' need a barrier after theirs).
+#[inline(always)]
+pub fn cp_async_wait_all() {
+    unsafe { asm!("cp.async.wait_all;", options(nostack)) };
+}
+
 /// The 32-bit shared-window address of the dynamic shared memory.
 #[inline(always)]
 pub fn smem_base() -> u32 {

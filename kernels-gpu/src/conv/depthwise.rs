@@ -6,9 +6,10 @@
 //! A block computes a `tile_h x tile_w` tile of outputs in each of [`DepthwiseTile::planes_per_block`]
 //! consecutive input planes (`image * C + channel`: adjacent in memory, so small maps still fill
 //! a block), for all M output channels of each plane:
-//! 1. The input tile and its halo are copied to shared memory with the zero padding
-//!    materialised there, [`LOAD_BATCH`] independent loads in flight per thread; the inner loop
-//!    then has no bounds checks.
+//! 1. The input tile and its halo, and the planes' filters, are copied to shared memory with
+//!    `cp.async`: every copy of a thread in flight at once without holding a register, the
+//!    zero padding written by the copies themselves (a source size of 0); the inner loop then
+//!    has no bounds checks.
 //! 2. Each thread computes [`RY`] rows of [`PX`] adjacent outputs of one plane for its M output
 //!    channels. Filter row by filter row, it holds that row's M·S taps in registers and reads,
 //!    for each of its output rows, the input row's window in 16-byte pieces from shared memory.
@@ -30,8 +31,6 @@ pub const BLOCK_THREADS: u32 = 128;
 pub const PX: u32 = 4;
 /// Output rows per thread: an input row read from shared memory feeds up to RY of them.
 pub const RY: u32 = 2;
-/// Loads each thread keeps in flight while copying the input tile.
-pub const LOAD_BATCH: usize = 8;
 /// CUDA's limit on `gridDim.z`.
 pub const MAX_GRID_Z: u32 = 65535;
 /// The largest window of any variant, `(PX - 1) * 2 + 9`: the window's register array is sized
@@ -123,8 +122,18 @@ impl DepthwiseTile {
         self.in_tile_h() * self.smem_row()
     }
 
+    /// Filter taps of one plane: its M filters.
+    pub const fn plane_taps(&self) -> u32 {
+        self.multiplier * self.filter * self.filter
+    }
+
+    /// First shared-memory slot of the filters, after the input tiles.
+    pub const fn filter_slot(&self) -> u32 {
+        self.planes_per_block() * self.smem_plane()
+    }
+
     pub const fn smem_bytes(&self) -> u32 {
-        4 * self.planes_per_block() * self.smem_plane()
+        4 * (self.filter_slot() + self.planes_per_block() * self.plane_taps())
     }
 
     /// Elements the copy phase moves into shared memory.
@@ -158,14 +167,16 @@ pub trait TileBlock {
     fn each_thread(&mut self, f: impl FnMut(&mut Self, u32));
     /// Every thread's earlier shared-memory accesses happen before any later one.
     fn barrier(&mut self);
-    /// Element `offset` of the input.
-    fn read_x(&mut self, offset: u64) -> f32;
-    /// Element `offset` of the filters.
-    fn read_w(&mut self, offset: u64) -> f32;
+    /// Starts copying element `offset` of the input to `slot`, or a zero where `inside` is
+    /// false (`offset` is then 0). Complete after [`Self::wait_copies`] and a barrier.
+    fn copy_x(&mut self, slot: u32, offset: u64, inside: bool);
+    /// Starts copying element `offset` of the filters to `slot`.
+    fn copy_w(&mut self, slot: u32, offset: u64);
+    /// Waits for this thread's copies.
+    fn wait_copies(&mut self);
     fn write_y(&mut self, offset: u64, v: f32);
     /// Outputs `offset .. offset + 4`; `offset` a multiple of 4.
     fn write_y4(&mut self, offset: u64, v: [f32; 4]);
-    fn store(&mut self, slot: u32, v: f32);
     fn load(&mut self, slot: u32) -> f32;
     /// Slots `slot .. slot + 2`; `slot` even.
     fn load2(&mut self, slot: u32) -> [f32; 2];
@@ -199,38 +210,37 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
     let iy0 = (tile_row * t.tile_h * t.stride) as i32 - p.pad_h;
     let ix0 = (tile_col * t.tile_w * t.stride) as i32 - p.pad_w;
 
-    // 1. The input tile, halo and zero padding into shared memory, plane by plane, row-major.
+    // 1. The input tiles (halo and zero padding included; plane by plane, row-major) and the
+    //    planes' filters into shared memory.
     let (in_h, in_w, total) = (t.in_tile_h(), t.in_tile_w(), t.tile_elements());
-    let batches = total.div_ceil(BLOCK_THREADS * LOAD_BATCH as u32);
+    let taps = t.plane_taps();
     b.each_thread(
         #[inline(always)]
         |b, thread| {
-            for batch in 0..batches {
-                let mut value = [0.0f32; LOAD_BATCH];
-                let mut slot = [0u32; LOAD_BATCH];
-                let mut live = [false; LOAD_BATCH];
-                for j in 0..LOAD_BATCH {
-                    let e = thread + BLOCK_THREADS * (batch * LOAD_BATCH as u32 + j as u32);
+            for j in 0..total.div_ceil(BLOCK_THREADS) {
+                let e = thread + BLOCK_THREADS * j;
+                if e < total {
                     let (plane, rest) = (e / (in_h * in_w), e % (in_h * in_w));
                     let (row, col) = (rest / in_w, rest % in_w);
                     let q = first_plane + plane;
                     let (y, x) = (iy0 + row as i32, ix0 + col as i32);
-                    live[j] = e < total;
-                    let inside = live[j] && q < p.planes && (y as u32) < p.in_h && (x as u32) < p.in_w;
-                    // Padding reads the tensor's first element and keeps zero, so that a batch's
-                    // loads issue back to back, without branches.
+                    let inside = (q < p.planes) & ((y as u32) < p.in_h) & ((x as u32) < p.in_w);
                     let offset =
                         if inside { q as u64 * p.in_plane as u64 + (y as u32 * p.in_w + x as u32) as u64 } else { 0 };
-                    let v = b.read_x(offset);
-                    value[j] = if inside { v } else { 0.0 };
-                    slot[j] = plane * t.smem_plane() + row * t.smem_row() + col;
-                }
-                for j in 0..LOAD_BATCH {
-                    if live[j] {
-                        b.store(slot[j], value[j]);
-                    }
+                    b.copy_x(plane * t.smem_plane() + row * t.smem_row() + col, offset, inside);
                 }
             }
+            for j in 0..(t.planes_per_block() * taps).div_ceil(BLOCK_THREADS) {
+                let e = thread + BLOCK_THREADS * j;
+                let (plane, tap) = (e / taps, e % taps);
+                let q = first_plane + plane;
+                if plane < t.planes_per_block() && q < p.planes {
+                    // Output channel c·M + m's filter follows c·M's: a plane's M filters are adjacent.
+                    let channel = p.channels.div_rem(q).1;
+                    b.copy_w(t.filter_slot() + e, channel as u64 * taps as u64 + tap as u64);
+                }
+            }
+            b.wait_copies();
         },
     );
     b.barrier();
@@ -246,18 +256,17 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
             if q >= p.planes {
                 return;
             }
-            let channel = p.channels.div_rem(q).1;
             let mut acc = [[[0.0f32; PX as usize]; RY as usize]; M];
             let corner = plane * t.smem_plane() + ry * RY * t.stride * t.smem_row() + cx * PX * t.stride;
+            let filters = t.filter_slot() + plane * taps;
             // Filter row by filter row, so that only one row of taps per output channel is live:
             // unrolled, the rows' loads all move to the top and a 7x7 filter held 167 registers.
             let mut fr = 0;
             while fr < crate::opaque(K as u32) {
                 let mut w = [[0.0f32; K]; M];
                 for m in 0..M {
-                    let first = ((channel * M as u32 + m as u32) * K as u32 + fr) * K as u32;
                     for s in 0..K {
-                        w[m][s] = b.read_w(first as u64 + s as u64);
+                        w[m][s] = b.load(filters + (m as u32 * K as u32 + fr) * K as u32 + s as u32);
                     }
                 }
                 for r in 0..RY as usize {
@@ -405,8 +414,7 @@ const _: () = {
     }
 };
 
-/// The GPU's [`TileBlock`]: shared memory from the dynamic segment, inputs and filters read
-/// through the non-coherent path.
+/// The GPU's [`TileBlock`]: shared memory from the dynamic segment, filled by `cp.async`.
 #[cfg(target_arch = "nvptx64")]
 pub struct GpuTileBlock {
     smem: u32,
@@ -439,13 +447,18 @@ mod device {
         }
 
         #[inline(always)]
-        fn read_x(&mut self, offset: u64) -> f32 {
-            ldg_nc_f32(self.x + 4 * offset)
+        fn copy_x(&mut self, slot: u32, offset: u64, inside: bool) {
+            cp_async_f32(self.smem + 4 * slot, self.x + 4 * offset, if inside { 4 } else { 0 });
         }
 
         #[inline(always)]
-        fn read_w(&mut self, offset: u64) -> f32 {
-            ldg_nc_f32(self.w + 4 * offset)
+        fn copy_w(&mut self, slot: u32, offset: u64) {
+            cp_async_f32(self.smem + 4 * slot, self.w + 4 * offset, 4);
+        }
+
+        #[inline(always)]
+        fn wait_copies(&mut self) {
+            cp_async_wait_all();
         }
 
         #[inline(always)]
@@ -456,11 +469,6 @@ mod device {
         #[inline(always)]
         fn write_y4(&mut self, offset: u64, v: [f32; 4]) {
             stg_f32x4(self.y + 4 * offset, v);
-        }
-
-        #[inline(always)]
-        fn store(&mut self, slot: u32, v: f32) {
-            st_shared_f32(self.smem + 4 * slot, v);
         }
 
         #[inline(always)]
