@@ -76,6 +76,13 @@ impl TileBlock for CpuTileBlock<'_> {
         self.store(slot, v);
     }
 
+    fn copy_x4(&mut self, slot: u32, offset: u64, inside: bool) {
+        assert!(slot.is_multiple_of(4) && offset.is_multiple_of(4), "16-byte copy of element {offset} to slot {slot}");
+        for i in 0..4 {
+            self.copy_x(slot + i, if inside { offset + i as u64 } else { 0 }, inside);
+        }
+    }
+
     fn copy_w(&mut self, slot: u32, offset: u64) {
         let v = self.w[offset as usize];
         self.store(slot, v);
@@ -111,13 +118,13 @@ impl TileBlock for CpuTileBlock<'_> {
 }
 
 /// Runs `tile` over the launcher's whole grid on the CPU and checks it against f64.
-fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, y_aligned: bool) -> f64 {
+fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: bool) -> f64 {
     let geom = conv.geometry().unwrap();
     let x = host_uniform(conv.n as u64 * 7 + conv.c as u64, geom.x_len);
     let w = host_uniform(conv.r as u64 * 13 + conv.k as u64, geom.w_len);
     let mut y = vec![f32::NAN; geom.y_len];
     let mut written = vec![false; geom.y_len];
-    let p: DepthwiseFwdParams = depthwise::params(conv, &geom, tile, y_aligned);
+    let p: DepthwiseFwdParams = depthwise::params(conv, &geom, tile, x_aligned, y_aligned);
     let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
     for group in 0..tile.plane_groups((conv.n * conv.c) as u64) {
         for tile_index in 0..down * across {
@@ -160,11 +167,11 @@ fn depthwise_conv(n: usize, c: usize, hw: [usize; 2], filter: usize, stride: usi
 fn every_variant_computes_the_convolution_on_the_cpu() {
     let mut rng = SmallRng::seed_from_u64(11);
     for tile in DEPTHWISE_FWD_VARIANTS {
-        // A map smaller than the tile, one a little larger than it (a partial edge tile on both
-        // sides), plane counts that leave the last block's planes partly empty; random padding.
-        for hw in
-            [[5, 7], [tile.tile_h as usize * tile.stride as usize + 3, tile.tile_w as usize * tile.stride as usize + 5]]
-        {
+        // A map smaller than the tile and two a little larger than it (partial edge tiles on
+        // both sides; rows of a multiple of 4, which 16-byte copies take, and not), plane
+        // counts that leave the last block's planes partly empty; random padding.
+        let (th, tw) = ((tile.tile_h * tile.stride) as usize, (tile.tile_w * tile.stride) as usize);
+        for hw in [[5, 8], [th + 3, tw + 5], [th + 1, tw + 8]] {
             let planes = tile.planes_per_block() as usize + 1;
             let mut conv = depthwise_conv(
                 2,
@@ -178,8 +185,8 @@ fn every_variant_computes_the_convolution_on_the_cpu() {
             conv.pad = [rng.random_range(0..=reach), rng.random_range(0..=reach)];
             conv.h = conv.h.max(tile.filter as usize);
             conv.w = conv.w.max(tile.filter as usize);
-            for y_aligned in [true, false] {
-                run_on_cpu(&conv, tile, y_aligned);
+            for (x_aligned, y_aligned) in [(true, true), (false, true), (true, false)] {
+                run_on_cpu(&conv, tile, x_aligned, y_aligned);
             }
         }
     }

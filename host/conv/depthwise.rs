@@ -6,7 +6,10 @@ use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels_gpu::{
     MagicDiv,
-    conv::depthwise::{BLOCK_THREADS, DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseTile, MAX_GRID_Z},
+    conv::depthwise::{
+        BLOCK_THREADS, COPY_VECTORS, DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseTile, MAX_GRID_Z,
+        STORE_VECTORS,
+    },
 };
 
 /// Every variant the PTX holds.
@@ -69,8 +72,15 @@ pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry) -> Result<DepthwiseTile> 
 }
 
 /// The kernel parameters for `conv` with `tile`; the addresses are filled in at launch.
-/// `vector_stores`: whether `y` is 16-byte aligned.
-pub fn params(conv: &Conv2d, geom: &ConvGeometry, tile: &DepthwiseTile, y_aligned: bool) -> DepthwiseFwdParams {
+/// `x_aligned`, `y_aligned`: whether `x` and `y` are 16-byte aligned (16-byte copies and stores
+/// need that, and rows of a multiple of 4 elements).
+pub fn params(
+    conv: &Conv2d,
+    geom: &ConvGeometry,
+    tile: &DepthwiseTile,
+    x_aligned: bool,
+    y_aligned: bool,
+) -> DepthwiseFwdParams {
     // `Conv2d::geometry` and `unsupported` have checked that every value fits its field.
     let u = |v: usize| v as u32;
     let magic = |d: u64| MagicDiv::new(d as u32).expect("validated extents are non-zero");
@@ -87,7 +97,8 @@ pub fn params(conv: &Conv2d, geom: &ConvGeometry, tile: &DepthwiseTile, y_aligne
         pad_h: conv.pad[0] as i32,
         pad_w: conv.pad[1] as i32,
         planes: u(conv.n * conv.c),
-        vector_stores: (y_aligned && geom.out_w.is_multiple_of(4)) as u32,
+        flags: if y_aligned && geom.out_w.is_multiple_of(4) { STORE_VECTORS } else { 0 }
+            | if x_aligned && conv.w.is_multiple_of(4) { COPY_VECTORS } else { 0 },
         z_base: 0,
         tiles_w: magic(across),
         channels: magic(conv.c as u64),
@@ -140,7 +151,7 @@ pub fn forward_with(
         let (x_ptr, _x_sync) = x.device_ptr(stream);
         let (w_ptr, _w_sync) = w.device_ptr(stream);
         let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
-        let mut p = params(conv, &geom, tile, y_ptr.is_multiple_of(16));
+        let mut p = params(conv, &geom, tile, x_ptr.is_multiple_of(16), y_ptr.is_multiple_of(16));
         (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
         // Plane groups beyond the grid's z-limit go out as further launches.
         let mut z_base = 0u64;

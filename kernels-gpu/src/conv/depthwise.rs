@@ -8,8 +8,9 @@
 //! a block), for all M output channels of each plane:
 //! 1. The input tile and its halo, and the planes' filters, are copied to shared memory with
 //!    `cp.async`: every copy of a thread in flight at once without holding a register, the
-//!    zero padding written by the copies themselves (a source size of 0); the inner loop then
-//!    has no bounds checks.
+//!    zero padding written by the copies themselves (a source size of 0), in 16-byte pieces
+//!    where the rows allow ([`COPY_VECTORS`]; the index math per copied element was the
+//!    kernel's largest cost); the inner loop then has no bounds checks.
 //! 2. Each thread computes [`RY`] rows of [`PX`] adjacent outputs of one plane for its M output
 //!    channels. Filter row by filter row, it holds that row's M·S taps in registers and reads,
 //!    for each of its output rows, the input row's window in 16-byte pieces from shared memory.
@@ -37,6 +38,13 @@ pub const MAX_GRID_Z: u32 = 65535;
 /// by it and its unused part is never touched.
 const MAX_WINDOW: usize = 16;
 
+/// Flag: rows of [`PX`] outputs may be stored as one 16-byte vector (`out_w` a multiple of 4
+/// and `y` 16-byte aligned).
+pub const STORE_VECTORS: u32 = 1;
+/// Flag: the input may be copied in 16-byte pieces (`in_w` a multiple of 4 and `x` 16-byte
+/// aligned): the shared tile then starts at the multiple of 4 at or left of its first column.
+pub const COPY_VECTORS: u32 = 2;
+
 /// Parameters of every depthwise forward kernel, passed by value. Addresses are device
 /// pointers; the host validates every extent to fit the kernel's 32-bit index arithmetic
 /// (planes, in-plane offsets and output planes below 2^31).
@@ -56,9 +64,8 @@ pub struct DepthwiseFwdParams {
     pub pad_w: i32,
     /// Input planes of all images, `n * c`.
     pub planes: u32,
-    /// 1 where rows of [`PX`] outputs may be stored as one 16-byte vector (`out_w` a multiple
-    /// of 4 and `y` 16-byte aligned).
-    pub vector_stores: u32,
+    /// [`STORE_VECTORS`] and [`COPY_VECTORS`], where they apply.
+    pub flags: u32,
     /// Plane group of this launch's `blockIdx.z == 0`.
     pub z_base: u32,
     /// Divides a tile index by the tiles across the output's width.
@@ -112,10 +119,10 @@ impl DepthwiseTile {
         (PX - 1) * self.stride + self.filter
     }
 
-    /// Floats per shared-memory row: a multiple of 4, so that every thread's window starts
-    /// 16-byte aligned.
+    /// Floats per shared-memory row: room for the tile's columns behind a shift of up to 3
+    /// (16-byte copies start at a multiple of 4), a multiple of 4.
     pub const fn smem_row(&self) -> u32 {
-        self.in_tile_w().next_multiple_of(4)
+        (self.in_tile_w() + 3).next_multiple_of(4)
     }
 
     pub const fn smem_plane(&self) -> u32 {
@@ -170,6 +177,9 @@ pub trait TileBlock {
     /// Starts copying element `offset` of the input to `slot`, or a zero where `inside` is
     /// false (`offset` is then 0). Complete after [`Self::wait_copies`] and a barrier.
     fn copy_x(&mut self, slot: u32, offset: u64, inside: bool);
+    /// Starts copying elements `offset .. offset + 4` of the input to `slot .. slot + 4`, or
+    /// zeros where `inside` is false (`offset` is then 0); both multiples of 4.
+    fn copy_x4(&mut self, slot: u32, offset: u64, inside: bool);
     /// Starts copying element `offset` of the filters to `slot`.
     fn copy_w(&mut self, slot: u32, offset: u64);
     /// Waits for this thread's copies.
@@ -208,18 +218,39 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
     let (tile_row, tile_col) = p.tiles_w.div_rem(tile_index);
     let first_plane = plane_group * t.planes_per_block();
     let iy0 = (tile_row * t.tile_h * t.stride) as i32 - p.pad_h;
-    let ix0 = (tile_col * t.tile_w * t.stride) as i32 - p.pad_w;
+    let first_col = (tile_col * t.tile_w * t.stride) as i32 - p.pad_w;
+    // The shared tile's first column: `first_col`, or the multiple of 4 at or left of it for
+    // 16-byte copies; the threads' windows start `shift` columns in.
+    let vector_copies = p.flags & COPY_VECTORS != 0;
+    let shift = if vector_copies { (first_col & 3) as u32 } else { 0 };
+    let ix0 = first_col - shift as i32;
 
     // 1. The input tiles (halo and zero padding included; plane by plane, row-major) and the
     //    planes' filters into shared memory.
     let (in_h, in_w, total) = (t.in_tile_h(), t.in_tile_w(), t.tile_elements());
     let taps = t.plane_taps();
+    let chunks = t.smem_row() / 4;
+    let total_chunks = t.planes_per_block() * in_h * chunks;
     b.each_thread(
         #[inline(always)]
         |b, thread| {
+            // 16-byte pieces: each lies wholly inside a row of the image or wholly outside it.
+            for j in 0..total_chunks.div_ceil(BLOCK_THREADS) {
+                let e = thread + BLOCK_THREADS * j;
+                if vector_copies && e < total_chunks {
+                    let (tile_row_index, chunk) = (e / chunks, e % chunks);
+                    let (plane, row) = (tile_row_index / in_h, tile_row_index % in_h);
+                    let q = first_plane + plane;
+                    let (y, x) = (iy0 + row as i32, ix0 + 4 * chunk as i32);
+                    let inside = (q < p.planes) & ((y as u32) < p.in_h) & ((x as u32) < p.in_w);
+                    let offset =
+                        if inside { q as u64 * p.in_plane as u64 + (y as u32 * p.in_w + x as u32) as u64 } else { 0 };
+                    b.copy_x4(tile_row_index * t.smem_row() + 4 * chunk, offset, inside);
+                }
+            }
             for j in 0..total.div_ceil(BLOCK_THREADS) {
                 let e = thread + BLOCK_THREADS * j;
-                if e < total {
+                if !vector_copies && e < total {
                     let (plane, rest) = (e / (in_h * in_w), e % (in_h * in_w));
                     let (row, col) = (rest / in_w, rest % in_w);
                     let q = first_plane + plane;
@@ -257,7 +288,7 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
                 return;
             }
             let mut acc = [[[0.0f32; PX as usize]; RY as usize]; M];
-            let corner = plane * t.smem_plane() + ry * RY * t.stride * t.smem_row() + cx * PX * t.stride;
+            let corner = plane * t.smem_plane() + ry * RY * t.stride * t.smem_row() + cx * PX * t.stride + shift;
             let filters = t.filter_slot() + plane * taps;
             // Filter row by filter row, so that only one row of taps per output channel is live:
             // unrolled, the rows' loads all move to the top and a 7x7 filter held 167 registers.
@@ -270,7 +301,7 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
                     }
                 }
                 for r in 0..RY as usize {
-                    let win = window::<K, ST, B>(b, corner + ((r * ST) as u32 + fr) * t.smem_row());
+                    let win = window::<K, ST, B>(b, corner + ((r * ST) as u32 + fr) * t.smem_row(), shift == 0);
                     for m in 0..M {
                         for i in 0..PX as usize {
                             for s in 0..K {
@@ -289,7 +320,7 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
                     let oy = oy0 + r as u32;
                     if oy < p.out_h {
                         let row = (out_plane * p.out_h as u64 + oy as u64) * p.out_w as u64 + ox0 as u64;
-                        if p.vector_stores != 0 && ox0 + PX <= p.out_w {
+                        if p.flags & STORE_VECTORS != 0 && ox0 + PX <= p.out_w {
                             b.write_y4(row, acc[m][r]);
                         } else {
                             for i in 0..PX as usize {
@@ -305,12 +336,19 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
     );
 }
 
-/// The `(PX - 1) * ST + K` input values under one thread's outputs, from `slot` (a multiple
-/// of 4) on: 16-byte loads, then an 8-byte and a 4-byte one for the rest.
+/// The `(PX - 1) * ST + K` input values under one thread's outputs, from `slot` on: where
+/// `aligned` (`slot` a multiple of 4), 16-byte loads, then an 8-byte and a 4-byte one for the
+/// rest; else one by one.
 #[inline(always)]
-fn window<const K: usize, const ST: usize, B: TileBlock>(b: &mut B, slot: u32) -> [f32; MAX_WINDOW] {
+fn window<const K: usize, const ST: usize, B: TileBlock>(b: &mut B, slot: u32, aligned: bool) -> [f32; MAX_WINDOW] {
     let len = (PX as usize - 1) * ST + K;
     let mut v = [0.0f32; MAX_WINDOW];
+    if !aligned {
+        for i in 0..len {
+            v[i] = b.load(slot + i as u32);
+        }
+        return v;
+    }
     for q in 0..len / 4 {
         v[4 * q..4 * q + 4].copy_from_slice(&b.load4(slot + 4 * q as u32));
     }
@@ -449,6 +487,11 @@ mod device {
         #[inline(always)]
         fn copy_x(&mut self, slot: u32, offset: u64, inside: bool) {
             cp_async_f32(self.smem + 4 * slot, self.x + 4 * offset, if inside { 4 } else { 0 });
+        }
+
+        #[inline(always)]
+        fn copy_x4(&mut self, slot: u32, offset: u64, inside: bool) {
+            cp_async_f32x4(self.smem + 4 * slot, self.x + 4 * offset, if inside { 16 } else { 0 });
         }
 
         #[inline(always)]
