@@ -54,6 +54,25 @@ pub(crate) fn opaque(v: u32) -> u32 {
     v
 }
 
+/// `if c { a } else { b }` on values: LLVM turns a select between two elements of one array
+/// into a select of their addresses, which sends the array to local memory.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+pub(crate) fn select(c: bool, a: f32, b: f32) -> f32 {
+    let r: f32;
+    unsafe {
+        core::arch::asm!("{{ .reg .pred p; setp.ne.u32 p, {c}, 0; selp.f32 {r}, {a}, {b}, p; }}",
+            r = out(reg32) r, c = in(reg32) c as u32, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack))
+    };
+    r
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+pub(crate) fn select(c: bool, a: f32, b: f32) -> f32 {
+    if c { a } else { b }
+}
+
 /// `a * b + c`, rounded once on the GPU.
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]

@@ -119,10 +119,22 @@ impl DepthwiseTile {
         (PX - 1) * self.stride + self.filter
     }
 
-    /// Floats per shared-memory row: room for the tile's columns behind a shift of up to 3
-    /// (16-byte copies start at a multiple of 4), a multiple of 4.
+    /// 16-byte pieces per row that cover the tile's columns behind a shift of up to 3 (16-byte
+    /// copies start at a multiple of 4).
+    pub const fn row_chunks(&self) -> u32 {
+        (self.in_tile_w() + 3).div_ceil(4)
+    }
+
+    /// Floats per shared-memory row: the row's pieces, padded to `2 * threads_per_row` modulo
+    /// 16 so that the 8 threads of a quarter-warp, which read 16 bytes each, start their
+    /// windows in 8 different groups of 4 banks (at stride 1; 8x8 tiles with unpadded rows of
+    /// 16 floats had 4 output rows of a quarter-warp in the same banks).
     pub const fn smem_row(&self) -> u32 {
-        (self.in_tile_w() + 3).next_multiple_of(4)
+        let mut row = 4 * self.row_chunks();
+        while self.threads_per_row() < 8 && row % 16 != 2 * self.threads_per_row() {
+            row += 4;
+        }
+        row
     }
 
     pub const fn smem_plane(&self) -> u32 {
@@ -229,7 +241,7 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
     //    planes' filters into shared memory.
     let (in_h, in_w, total) = (t.in_tile_h(), t.in_tile_w(), t.tile_elements());
     let taps = t.plane_taps();
-    let chunks = t.smem_row() / 4;
+    let chunks = t.row_chunks();
     let total_chunks = t.planes_per_block() * in_h * chunks;
     b.each_thread(
         #[inline(always)]
@@ -288,7 +300,7 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
                 return;
             }
             let mut acc = [[[0.0f32; PX as usize]; RY as usize]; M];
-            let corner = plane * t.smem_plane() + ry * RY * t.stride * t.smem_row() + cx * PX * t.stride + shift;
+            let corner = plane * t.smem_plane() + ry * RY * t.stride * t.smem_row() + cx * PX * t.stride;
             let filters = t.filter_slot() + plane * taps;
             // Filter row by filter row, so that only one row of taps per output channel is live:
             // unrolled, the rows' loads all move to the top and a 7x7 filter held 167 registers.
@@ -301,7 +313,7 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
                     }
                 }
                 for r in 0..RY as usize {
-                    let win = window::<K, ST, B>(b, corner + ((r * ST) as u32 + fr) * t.smem_row(), shift == 0);
+                    let win = window::<K, ST, B>(b, corner + ((r * ST) as u32 + fr) * t.smem_row(), shift);
                     for m in 0..M {
                         for i in 0..PX as usize {
                             for s in 0..K {
@@ -336,31 +348,45 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
     );
 }
 
-/// The `(PX - 1) * ST + K` input values under one thread's outputs, from `slot` on: where
-/// `aligned` (`slot` a multiple of 4), 16-byte loads, then an 8-byte and a 4-byte one for the
-/// rest; else one by one.
+/// The `(PX - 1) * ST + K` input values under one thread's outputs, from `slot + shift` on
+/// (`slot` a multiple of 4), read in 16-byte pieces: unshifted, exactly the window's (an
+/// 8-byte and a 4-byte load for the rest); shifted, the pieces that cover it, moved into
+/// place by two selects per value (reading one value at a time put four threads of a
+/// quarter-warp in each bank).
 #[inline(always)]
-fn window<const K: usize, const ST: usize, B: TileBlock>(b: &mut B, slot: u32, aligned: bool) -> [f32; MAX_WINDOW] {
+fn window<const K: usize, const ST: usize, B: TileBlock>(b: &mut B, slot: u32, shift: u32) -> [f32; MAX_WINDOW] {
     let len = (PX as usize - 1) * ST + K;
-    let mut v = [0.0f32; MAX_WINDOW];
-    if !aligned {
-        for i in 0..len {
-            v[i] = b.load(slot + i as u32);
+    let mut out = [0.0f32; MAX_WINDOW];
+    if shift != 0 {
+        let mut v = [0.0f32; MAX_WINDOW + 4];
+        for q in 0..(len + 3).div_ceil(4) {
+            let [a, b4, c, d] = b.load4(slot + 4 * q as u32);
+            (v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]) = (a, b4, c, d);
         }
-        return v;
+        let (odd, two) = (shift & 1 != 0, shift & 2 != 0);
+        let mut t = [0.0f32; MAX_WINDOW + 2];
+        for i in 0..len + 2 {
+            t[i] = crate::select(odd, v[i + 1], v[i]);
+        }
+        for i in 0..len {
+            out[i] = crate::select(two, t[i + 2], t[i]);
+        }
+    } else {
+        for q in 0..len / 4 {
+            let [a, b4, c, d] = b.load4(slot + 4 * q as u32);
+            (out[4 * q], out[4 * q + 1], out[4 * q + 2], out[4 * q + 3]) = (a, b4, c, d);
+        }
+        let mut i = len / 4 * 4;
+        if len - i >= 2 {
+            let [a, b2] = b.load2(slot + i as u32);
+            (out[i], out[i + 1]) = (a, b2);
+            i += 2;
+        }
+        if i < len {
+            out[i] = b.load(slot + i as u32);
+        }
     }
-    for q in 0..len / 4 {
-        v[4 * q..4 * q + 4].copy_from_slice(&b.load4(slot + 4 * q as u32));
-    }
-    let mut i = len / 4 * 4;
-    if len - i >= 2 {
-        v[i..i + 2].copy_from_slice(&b.load2(slot + i as u32));
-        i += 2;
-    }
-    if i < len {
-        v[i] = b.load(slot + i as u32);
-    }
-    v
+    out
 }
 
 macro_rules! depthwise_fwd_variants {
