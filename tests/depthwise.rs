@@ -199,10 +199,13 @@ fn the_heuristic_tile_fits_the_map() {
         let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
         (tile.tile_h, tile.tile_w)
     };
-    // Maps that one tile size covers exactly take the largest such; halos cost the rest.
+    // The largest tile that wastes at most MAX_COVER of the output area.
     assert_eq!(pick(7), (8, 8));
     assert_eq!(pick(14), (16, 16));
-    assert_eq!(pick(64), (32, 32));
+    for hw in [28, 56, 64, 112] {
+        assert_eq!(pick(hw), (32, 32), "{hw}");
+    }
+    assert_eq!(pick(20), (8, 8), "none within the bound: the least covered");
 }
 
 #[test]

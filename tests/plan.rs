@@ -234,10 +234,17 @@ fn the_heuristic_follows_the_measured_rules() {
         let implicit = Algorithm::CudnnLegacy(Algo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, Math::Fma);
         assert_eq!(choose("smoke", "dense-s2-d2", math, gib), implicit);
         assert!(matches!(choose("smoke", "grouped-mult2", math, gib), Algorithm::Direct(_)));
-        // Depthwise layers the depthwise kernel covers go to it; small filters and few
-        // channels per group otherwise to the direct kernel.
-        for label in ["dw3x3-c256-56", "convnext-dw7-c768-7", "mbv2-dw-c96-112-s2"] {
-            assert!(matches!(choose("default", label, math, gib), Algorithm::Depthwise(_)), "{label} {math:?}");
+        // Depthwise layers the depthwise kernel covers: on large maps to it, or to the fused
+        // FFT for 7x7 over many planes; on 14-wide maps to the fused FFT from 5x5, else the
+        // direct kernel. Small filters and few channels per group: the direct kernel.
+        for label in ["mbv2-dw-c32-112", "mbv2-dw-c96-112-s2", "effb0-dw5-c240-28", "convnext-dw7-c96-56-n1"] {
+            assert!(matches!(choose("depthwise", label, math, gib), Algorithm::Depthwise(_)), "{label} {math:?}");
+        }
+        for label in ["convnext-dw7-c96-56-x3", "effb0-dw5-c480-14", "convnext-dw7-c384-14-x9"] {
+            assert!(matches!(choose("depthwise", label, math, gib), Algorithm::Fft(_)), "{label} {math:?}");
+        }
+        for label in ["mbv2-dw-c384-14-x4", "mbv2-dw-c960-7-x3", "convnext-dw7-c768-7-x3"] {
+            assert!(matches!(choose("depthwise", label, math, gib), Algorithm::Direct(_)), "{label} {math:?}");
         }
         assert!(matches!(choose("default", "rnx50-c128-56", math, gib), Algorithm::Direct(_)), "{math:?}");
     }

@@ -6,7 +6,10 @@
 //!   the shared cost model ([`fft_gemm::transforms_s`]) estimates faster. Measured: 3.9-61x
 //!   faster than cuDNN's best and 1.5-42x than the direct kernel.
 //! - Depthwise layers that the depthwise kernel covers (3x3 ... 9x9, stride 1 or 2, multiplier
-//!   1 or 2) go to it, with its own tile heuristic.
+//!   1 or 2): on maps of at least [`DEPTHWISE_MIN_MAP`] to it (with its own tile heuristic),
+//!   except 7x7 and larger filters over many planes, which go to the fused FFT; on smaller
+//!   maps to the fused FFT for 5x5 and larger filters on maps of at least [`FUSED_FFT_MIN_MAP`],
+//!   else to the direct kernel (`depthwise` suite, `benches/NOTES.md`).
 //! - Layers with few outputs and long reductions ([`TINY_OUTPUTS`], [`TINY_MIN_TAPS`]) go to
 //!   cuDNN's implicit GEMM: the direct kernel gives each thread a whole reduction, which a
 //!   grid of a few thousand outputs cannot hide (a 5040-output layer with 72 taps per output:
@@ -34,6 +37,19 @@ use crate::{
 /// Filter taps (R·S) from which an FFT convolution is chosen (13x13 depthwise measured 1.5x
 /// faster through the fused FFT than directly; 7x7 2x slower).
 pub const FFT_MIN_TAPS: usize = 121;
+/// Input width and height from which a depthwise layer the depthwise kernel covers runs it (or
+/// the fused FFT, below): on 28-wide and larger maps it beat the direct kernel by 1.1-1.8x,
+/// on 14-wide ones the direct kernel won by up to 17%.
+pub const DEPTHWISE_MIN_MAP: usize = 24;
+/// Input width and height from which the fused FFT may take such a layer: for 5x5 filters on
+/// 14-wide maps it beat both kernels (0.036 against 0.043 and 0.045 ms); on 7-wide maps it
+/// lost to the direct kernel by up to 2.2x.
+pub const FUSED_FFT_MIN_MAP: usize = 12;
+/// From this filter size and this many planes (`n * c`), the fused FFT beats the depthwise
+/// kernel on large maps too (7x7 on 56-wide maps, N = 32: 0.057 against 0.080 ms; at N = 1 the
+/// depthwise kernel won, 0.007 against 0.011 ms).
+pub const FUSED_FFT_MIN_FILTER: usize = 7;
+pub const FUSED_FFT_MIN_PLANES: usize = 1024;
 /// Outputs up to which a layer counts as tiny.
 pub const TINY_OUTPUTS: usize = 32 << 10;
 /// Taps per output (C/G·R·S) from which a tiny layer goes to cuDNN.
@@ -81,11 +97,22 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
         }
     }
     if let Ok(tile) = depthwise::choose_tile(conv, geom) {
-        let why = format!(
-            "depthwise {}x{}, stride {}, {} output channel(s) per input channel: the depthwise kernel, {}x{} tiles",
-            conv.r, conv.s, conv.stride[0], geom.k_per_group, tile.tile_h, tile.tile_w
-        );
-        return pick(Algorithm::Depthwise(tile.name), 0, why);
+        let map = conv.h.min(conv.w);
+        let layer = format!("depthwise {}x{}, stride {}, {map}-wide input", conv.r, conv.s, conv.stride[0]);
+        let fused = fft::choose_tile(conv, geom).ok();
+        let fused_wins = conv.r >= FUSED_FFT_MIN_FILTER && conv.n * conv.c >= FUSED_FFT_MIN_PLANES
+            || (FUSED_FFT_MIN_MAP..DEPTHWISE_MIN_MAP).contains(&map) && conv.r >= 5;
+        match fused {
+            Some(fft_tile) if fused_wins && map >= FUSED_FFT_MIN_MAP => {
+                let why = format!("{layer}, {} planes: the fused FFT", conv.n * conv.c);
+                return pick(Algorithm::Fft(fft_tile.name), 0, why);
+            }
+            _ if map >= DEPTHWISE_MIN_MAP => {
+                let why = format!("{layer}: the depthwise kernel, {}x{} tiles", tile.tile_h, tile.tile_w);
+                return pick(Algorithm::Depthwise(tile.name), 0, why);
+            }
+            _ => return direct_choice(sm_count, conv, geom, format!("{layer}: the direct kernel")),
+        }
     }
     let narrowest = geom.c_per_group.min(geom.k_per_group);
     if geom.y_len <= TINY_OUTPUTS && geom.taps(conv) >= TINY_MIN_TAPS {
