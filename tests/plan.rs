@@ -240,7 +240,9 @@ fn the_heuristic_follows_the_measured_rules() {
         for label in ["mbv2-dw-c32-112", "mbv2-dw-c96-112-s2", "effb0-dw5-c240-28", "convnext-dw7-c96-56-n1"] {
             assert!(matches!(choose("depthwise", label, math, gib), Algorithm::Depthwise(_)), "{label} {math:?}");
         }
-        for label in ["convnext-dw7-c96-56-x3", "effb0-dw5-c480-14", "convnext-dw7-c384-14-x9"] {
+        for label in
+            ["convnext-dw7-c96-56-x3", "effb0-dw5-c480-14", "convnext-dw7-c384-14-x9", "convnext-dw7-c768-7-n1"]
+        {
             assert!(matches!(choose("depthwise", label, math, gib), Algorithm::Fft(_)), "{label} {math:?}");
         }
         for label in ["mbv2-dw-c384-14-x4", "mbv2-dw-c960-7-x3", "convnext-dw7-c768-7-x3"] {

@@ -8,8 +8,9 @@
 //! - Depthwise layers that the depthwise kernel covers (3x3 ... 9x9, stride 1 or 2, multiplier
 //!   1 or 2): on maps of at least [`DEPTHWISE_MIN_MAP`] to it (with its own tile heuristic),
 //!   except 7x7 and larger filters over many planes, which go to the fused FFT; on smaller
-//!   maps to the fused FFT for 5x5 and larger filters on maps of at least [`FUSED_FFT_MIN_MAP`],
-//!   else to the direct kernel (`depthwise` suite, `benches/NOTES.md`).
+//!   maps to the fused FFT for 5x5 and larger filters on maps of at least [`FUSED_FFT_MIN_MAP`]
+//!   and for 7x7 and larger over few planes on the smallest, else to the direct kernel
+//!   (`depthwise` suite, `benches/NOTES.md`).
 //! - Layers with few outputs and long reductions ([`TINY_OUTPUTS`], [`TINY_MIN_TAPS`]) go to
 //!   cuDNN's implicit GEMM: the direct kernel gives each thread a whole reduction, which a
 //!   grid of a few thousand outputs cannot hide (a 5040-output layer with 72 taps per output:
@@ -41,13 +42,14 @@ pub const FFT_MIN_TAPS: usize = 121;
 /// the fused FFT, below): on 28-wide and larger maps it beat the direct kernel by 1.1-1.8x,
 /// on 14-wide ones the direct kernel won by up to 17%.
 pub const DEPTHWISE_MIN_MAP: usize = 24;
-/// Input width and height from which the fused FFT may take such a layer: for 5x5 filters on
-/// 14-wide maps it beat both kernels (0.036 against 0.043 and 0.045 ms); on 7-wide maps it
-/// lost to the direct kernel by up to 2.2x.
+/// Input width and height from which the fused FFT takes such layers with 5x5 and larger
+/// filters: on 14-wide maps it beat both kernels (0.036 against 0.043 and 0.045 ms); on 7-wide
+/// maps it lost to the direct kernel by up to 2.2x, except for 7x7 filters over few planes
+/// (N = 1, 768 channels: 0.0055 against 0.0117 ms).
 pub const FUSED_FFT_MIN_MAP: usize = 12;
 /// From this filter size and this many planes (`n * c`), the fused FFT beats the depthwise
 /// kernel on large maps too (7x7 on 56-wide maps, N = 32: 0.057 against 0.080 ms; at N = 1 the
-/// depthwise kernel won, 0.007 against 0.011 ms).
+/// depthwise kernel won, 0.007 against 0.011 ms); on small maps it is the other way round.
 pub const FUSED_FFT_MIN_FILTER: usize = 7;
 pub const FUSED_FFT_MIN_PLANES: usize = 1024;
 /// Outputs up to which a layer counts as tiny.
@@ -100,10 +102,16 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
         let map = conv.h.min(conv.w);
         let layer = format!("depthwise {}x{}, stride {}, {map}-wide input", conv.r, conv.s, conv.stride[0]);
         let fused = fft::choose_tile(conv, geom).ok();
-        let fused_wins = conv.r >= FUSED_FFT_MIN_FILTER && conv.n * conv.c >= FUSED_FFT_MIN_PLANES
-            || (FUSED_FFT_MIN_MAP..DEPTHWISE_MIN_MAP).contains(&map) && conv.r >= 5;
+        let many_planes = conv.n * conv.c >= FUSED_FFT_MIN_PLANES;
+        let fused_wins = if map >= DEPTHWISE_MIN_MAP {
+            conv.r >= FUSED_FFT_MIN_FILTER && many_planes
+        } else if map >= FUSED_FFT_MIN_MAP {
+            conv.r >= 5
+        } else {
+            conv.r >= FUSED_FFT_MIN_FILTER && !many_planes
+        };
         match fused {
-            Some(fft_tile) if fused_wins && map >= FUSED_FFT_MIN_MAP => {
+            Some(fft_tile) if fused_wins => {
                 let why = format!("{layer}, {} planes: the fused FFT", conv.n * conv.c);
                 return pick(Algorithm::Fft(fft_tile.name), 0, why);
             }
