@@ -5,6 +5,9 @@
 //! kernel would race there), as does an output written twice or never, or any access outside
 //! the tensors and the block's shared memory.
 
+mod common;
+
+use common::{SharedMemory, mark_written};
 use convkit::{
     Conv2d, Error, depthwise,
     harness::reference::{compare_host, cpu_reference, host_uniform},
@@ -14,15 +17,11 @@ use kernels_gpu::{
     verify::Tolerance,
 };
 use rand::{Rng, SeedableRng, rngs::SmallRng};
-use std::collections::HashMap;
 
-/// The CPU's [`TileBlock`]: threads run one after another; shared memory and output writes are
-/// tracked.
+/// The CPU's [`TileBlock`]: threads run one after another; shared memory
+/// ([`SharedMemory`]) and output writes are tracked.
 struct CpuTileBlock<'a> {
-    smem: Vec<Option<f32>>,
-    /// Per slot touched since the last barrier: the threads that read it, the one that wrote it.
-    access: HashMap<u32, (Vec<u32>, Option<u32>)>,
-    thread: u32,
+    smem: SharedMemory<f32>,
     x: &'a [f32],
     w: &'a [f32],
     y: &'a mut [f32],
@@ -30,50 +29,28 @@ struct CpuTileBlock<'a> {
 }
 
 impl CpuTileBlock<'_> {
-    fn touch(&mut self, slot: u32, write: bool) {
-        assert!((slot as usize) < self.smem.len(), "slot {slot} is past the block's shared memory");
-        let thread = self.thread;
-        let (readers, writer) = self.access.entry(slot).or_default();
-        if let Some(w) = *writer {
-            assert_eq!(w, thread, "slot {slot}: thread {thread} touches what thread {w} wrote in the same phase");
-        }
-        if write {
-            assert!(readers.iter().all(|&r| r == thread), "slot {slot}: thread {thread} overwrites another's read");
-            *writer = Some(thread);
-        } else if !readers.contains(&thread) {
-            readers.push(thread);
-        }
-    }
-
-    fn store(&mut self, slot: u32, v: f32) {
-        self.touch(slot, true);
-        self.smem[slot as usize] = Some(v);
-    }
-
     fn write(&mut self, offset: u64, v: f32) {
-        let i = offset as usize;
-        assert!(!self.written[i], "output {offset} written twice");
-        self.written[i] = true;
-        self.y[i] = v;
+        mark_written(self.written, offset);
+        self.y[offset as usize] = v;
     }
 }
 
 impl TileBlock for CpuTileBlock<'_> {
     fn each_thread(&mut self, mut f: impl FnMut(&mut Self, u32)) {
         for thread in 0..kernels_gpu::conv::depthwise::BLOCK_THREADS {
-            self.thread = thread;
+            self.smem.item = thread;
             f(self, thread);
         }
     }
 
     fn barrier(&mut self) {
-        self.access.clear();
+        self.smem.barrier();
     }
 
     fn copy_x(&mut self, slot: u32, offset: u64, inside: bool) {
         assert!(inside || offset == 0, "padding copies from element 0");
         let v = if inside { self.x[offset as usize] } else { 0.0 };
-        self.store(slot, v);
+        self.smem.store(slot, v);
     }
 
     fn copy_x4(&mut self, slot: u32, offset: u64, inside: bool) {
@@ -85,7 +62,7 @@ impl TileBlock for CpuTileBlock<'_> {
 
     fn copy_w(&mut self, slot: u32, offset: u64) {
         let v = self.w[offset as usize];
-        self.store(slot, v);
+        self.smem.store(slot, v);
     }
 
     fn wait_copies(&mut self) {}
@@ -102,8 +79,7 @@ impl TileBlock for CpuTileBlock<'_> {
     }
 
     fn load(&mut self, slot: u32) -> f32 {
-        self.touch(slot, false);
-        self.smem[slot as usize].unwrap_or_else(|| panic!("slot {slot} read before it was written"))
+        self.smem.load(slot)
     }
 
     fn load2(&mut self, slot: u32) -> [f32; 2] {
@@ -129,9 +105,7 @@ fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: b
     for group in 0..tile.plane_groups((conv.n * conv.c) as u64) {
         for tile_index in 0..down * across {
             let mut b = CpuTileBlock {
-                smem: vec![None; (tile.smem_bytes() / 4) as usize],
-                access: HashMap::new(),
-                thread: 0,
+                smem: SharedMemory::new((tile.smem_bytes() / 4) as usize),
                 x: &x,
                 w: &w,
                 y: &mut y,
@@ -237,6 +211,13 @@ fn layers_outside_the_variants_are_refused_with_a_reason() {
             other => panic!("{conv}: expected a refusal, got {other:?}"),
         }
     }
+    // Invalid layers are refused, not a panic (division by C, products past usize).
+    let mut empty = ok.clone();
+    (empty.c, empty.groups, empty.k) = (0, 0, 0);
+    assert!(depthwise::layer_unsupported(&empty).is_some());
+    let mut huge = depthwise_conv(1, 8, [9, 9], 3, 1, 1);
+    (huge.n, huge.c, huge.groups, huge.k) = (usize::MAX / 4, 8, 8, 8);
+    assert!(depthwise::layer_unsupported(&huge).is_some());
     // An explicit variant of another filter size is refused before any launch would be.
     let tile = DEPTHWISE_FWD_VARIANTS.iter().find(|t| t.filter == 5).unwrap();
     assert!(depthwise::unsupported(&ok, tile).is_some());

@@ -17,9 +17,9 @@ pub fn variants() -> &'static [DepthwiseTile] {
     DEPTHWISE_FWD_VARIANTS
 }
 
-/// Why no variant can compute `conv`, if none can.
+/// Why no variant can compute `conv`, if none can (any `conv`, valid or not: no panic).
 pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
-    let multiplier = conv.k / conv.c;
+    let multiplier = conv.k.checked_div(conv.c).unwrap_or(0);
     let offered = |f: fn(&DepthwiseTile) -> u32, v: usize| DEPTHWISE_FWD_VARIANTS.iter().any(|t| f(t) as usize == v);
     if conv.groups != conv.c || conv.k != conv.c * multiplier || !offered(|t| t.multiplier, multiplier) {
         return Some("depthwise layers only (groups = C, K = C or 2C)");
@@ -34,9 +34,10 @@ pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
         return Some("dilation (the direct kernel computes dilated layers)");
     }
     // Planes and filter offsets are 32-bit on the GPU; output offsets are 64-bit.
-    if conv.n.checked_mul(conv.c).is_none_or(|planes| planes > i32::MAX as usize)
-        || conv.k * conv.r * conv.s > i32::MAX as usize
-    {
+    let below_2_31 = |factors: [usize; 3]| {
+        factors.into_iter().try_fold(1usize, usize::checked_mul).is_some_and(|v| v <= i32::MAX as usize)
+    };
+    if !below_2_31([conv.n, conv.c, 1]) || !below_2_31([conv.k, conv.r, conv.s]) {
         return Some("more than 2^31 - 1 planes or filter taps");
     }
     None

@@ -42,11 +42,13 @@ pub const FFT_MIN_TAPS: usize = 121;
 /// the fused FFT, below): on 28-wide and larger maps it beat the direct kernel by 1.1-1.8x,
 /// on 14-wide ones the direct kernel won by up to 17%.
 pub const DEPTHWISE_MIN_MAP: usize = 24;
-/// Input width and height from which the fused FFT takes such layers with 5x5 and larger
-/// filters: on 14-wide maps it beat both kernels (0.036 against 0.043 and 0.045 ms); on 7-wide
+/// Input width and height from which the fused FFT takes such layers with
+/// [`FUSED_FFT_SMALL_MAP_MIN_FILTER`] and larger filters: on 14-wide maps it beat both kernels (0.036 against 0.043 and 0.045 ms); on 7-wide
 /// maps it lost to the direct kernel by up to 2.2x, except for 7x7 filters over few planes
 /// (N = 1, 768 channels: 0.0055 against 0.0117 ms).
 pub const FUSED_FFT_MIN_MAP: usize = 12;
+/// Below [`DEPTHWISE_MIN_MAP`], the filter size from which the fused FFT is chosen.
+pub const FUSED_FFT_SMALL_MAP_MIN_FILTER: usize = 5;
 /// From this filter size and this many planes (`n * c`), the fused FFT beats the depthwise
 /// kernel on large maps too (7x7 on 56-wide maps, N = 32: 0.057 against 0.080 ms; at N = 1 the
 /// depthwise kernel won, 0.007 against 0.011 ms); on small maps it is the other way round.
@@ -106,7 +108,7 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
         let fused_wins = if map >= DEPTHWISE_MIN_MAP {
             conv.r >= FUSED_FFT_MIN_FILTER && many_planes
         } else if map >= FUSED_FFT_MIN_MAP {
-            conv.r >= 5
+            conv.r >= FUSED_FFT_SMALL_MAP_MIN_FILTER
         } else {
             conv.r >= FUSED_FFT_MIN_FILTER && !many_planes
         };

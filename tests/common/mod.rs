@@ -1,4 +1,4 @@
-//! Helpers shared by the CPU tests of the FFT and the FFT convolution.
+//! Helpers shared by the CPU tests of the FFT, the FFT convolution and the depthwise kernel.
 #![allow(dead_code)] // each test binary uses its part
 
 use kernels_gpu::{complex::Complex32, fft::square::Block};
@@ -26,46 +26,38 @@ struct Access {
     writer: Option<u32>,
 }
 
-/// The CPU's [`Block`]: work items run one after another; shared memory is tracked (a slot
-/// read before it was written, or touched by two items between two barriers with one of them
-/// writing, panics), and so are writes of the outputs (twice panics).
-pub struct CpuBlock<'a> {
-    smem: Vec<Option<Complex32>>,
+/// A block's shared memory on the CPU, every access tracked: a slot read before it was
+/// written, touched by two work items between two barriers with one of them writing, or past
+/// the end panics (the kernel would read garbage, race or fault there).
+pub struct SharedMemory<T> {
+    slots: Vec<Option<T>>,
     access: HashMap<u32, Access>,
-    item: u32,
-    pub twiddles: &'a [Complex32],
-    pub real_in: &'a [f32],
-    pub complex_in: &'a [Complex32],
-    pub real_out: &'a mut [f32],
-    pub complex_out: &'a mut [Complex32],
-    /// Which outputs were written (both kinds): none may be written twice.
-    pub written: &'a mut [bool],
+    /// The work item (thread) whose accesses follow.
+    pub item: u32,
 }
 
-impl<'a> CpuBlock<'a> {
-    /// A block with `slots` of shared memory, none written yet.
-    pub fn new(slots: usize, twiddles: &'a [Complex32], written: &'a mut [bool]) -> Self {
-        CpuBlock {
-            smem: vec![None; slots],
-            access: HashMap::new(),
-            item: 0,
-            twiddles,
-            real_in: &[],
-            complex_in: &[],
-            real_out: &mut [],
-            complex_out: &mut [],
-            written,
-        }
+impl<T: Copy> SharedMemory<T> {
+    /// `slots` slots, none written yet.
+    pub fn new(slots: usize) -> Self {
+        SharedMemory { slots: vec![None; slots], access: HashMap::new(), item: 0 }
     }
-}
 
-impl CpuBlock<'_> {
-    fn mark_written(&mut self, offset: u64) {
-        assert!(!self.written[offset as usize], "output {offset} written twice");
-        self.written[offset as usize] = true;
+    pub fn barrier(&mut self) {
+        self.access.clear();
+    }
+
+    pub fn load(&mut self, slot: u32) -> T {
+        self.touch(slot, false);
+        self.slots[slot as usize].unwrap_or_else(|| panic!("slot {slot} read before it was written"))
+    }
+
+    pub fn store(&mut self, slot: u32, v: T) {
+        self.touch(slot, true);
+        self.slots[slot as usize] = Some(v);
     }
 
     fn touch(&mut self, slot: u32, write: bool) {
+        assert!((slot as usize) < self.slots.len(), "slot {slot} is past the block's shared memory");
         let item = self.item;
         let a = self.access.entry(slot).or_default();
         if let Some(w) = a.writer {
@@ -83,26 +75,58 @@ impl CpuBlock<'_> {
     }
 }
 
+/// Marks output `offset` written; written twice panics.
+pub fn mark_written(written: &mut [bool], offset: u64) {
+    assert!(!written[offset as usize], "output {offset} written twice");
+    written[offset as usize] = true;
+}
+
+/// The CPU's [`Block`]: work items run one after another; shared memory is tracked
+/// ([`SharedMemory`]), and so are writes of the outputs (twice panics).
+pub struct CpuBlock<'a> {
+    smem: SharedMemory<Complex32>,
+    pub twiddles: &'a [Complex32],
+    pub real_in: &'a [f32],
+    pub complex_in: &'a [Complex32],
+    pub real_out: &'a mut [f32],
+    pub complex_out: &'a mut [Complex32],
+    /// Which outputs were written (both kinds): none may be written twice.
+    pub written: &'a mut [bool],
+}
+
+impl<'a> CpuBlock<'a> {
+    /// A block with `slots` of shared memory, none written yet.
+    pub fn new(slots: usize, twiddles: &'a [Complex32], written: &'a mut [bool]) -> Self {
+        CpuBlock {
+            smem: SharedMemory::new(slots),
+            twiddles,
+            real_in: &[],
+            complex_in: &[],
+            real_out: &mut [],
+            complex_out: &mut [],
+            written,
+        }
+    }
+}
+
 impl Block for CpuBlock<'_> {
     fn for_each(&mut self, count: u32, mut f: impl FnMut(&mut Self, u32)) {
         for item in 0..count {
-            self.item = item;
+            self.smem.item = item;
             f(self, item);
         }
     }
 
     fn barrier(&mut self) {
-        self.access.clear();
+        self.smem.barrier();
     }
 
     fn load(&mut self, slot: u32) -> Complex32 {
-        self.touch(slot, false);
-        self.smem[slot as usize].unwrap_or_else(|| panic!("slot {slot} read before it was written"))
+        self.smem.load(slot)
     }
 
     fn store(&mut self, slot: u32, v: Complex32) {
-        self.touch(slot, true);
-        self.smem[slot as usize] = Some(v);
+        self.smem.store(slot, v);
     }
 
     fn twiddle(&mut self, t: u32) -> Complex32 {
@@ -118,12 +142,12 @@ impl Block for CpuBlock<'_> {
     }
 
     fn write_real(&mut self, offset: u64, v: f32) {
-        self.mark_written(offset);
+        mark_written(self.written, offset);
         self.real_out[offset as usize] = v;
     }
 
     fn write_complex(&mut self, offset: u64, v: Complex32) {
-        self.mark_written(offset);
+        mark_written(self.written, offset);
         self.complex_out[offset as usize] = v;
     }
 }
