@@ -10,6 +10,7 @@ use convkit::{
         engines::{ALL_HEURISTICS, EngineConv},
         legacy::{LegacyConv, Math},
     },
+    conv::igemm,
     direct,
     harness::{
         cgemm::{self, CgemmCase},
@@ -18,7 +19,7 @@ use convkit::{
         reference,
     },
 };
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, CudaViewMut};
 use kernels_gpu::{random::mix, verify::Tolerance};
 use std::time::Duration;
 
@@ -117,22 +118,42 @@ fn every_variant_writes_all_of_its_output_and_nothing_else() {
                 assert!(matches!(err, Error::UnsupportedTile { .. }), "{} on {spec}: {err}", tile.name);
                 continue;
             }
-            let mut y: CudaSlice<f32> = gpu.alloc(geom.y_len + 2 * GUARD).unwrap();
-            gpu.fill_bits(&mut y, GUARD_BITS).unwrap();
-            gpu.poison(&mut y.slice_mut(GUARD..GUARD + geom.y_len)).unwrap();
-            direct::forward_with(&gpu, stream, &conv, tile, &x, &w, &mut y.slice_mut(GUARD..GUARD + geom.y_len))
-                .unwrap();
-            let got = gpu.download(&y).unwrap();
-            let (before, rest) = got.split_at(GUARD);
-            let (inner, after) = rest.split_at(geom.y_len);
-            for (side, band) in [("before", before), ("after", after)] {
-                let bad = band.iter().filter(|v| v.to_bits() != GUARD_BITS).count();
-                assert_eq!(bad, 0, "{} wrote {bad} elements {side} the output of {spec}", tile.name);
+            let what = format!("{} on {spec}", tile.name);
+            for (offset, got) in guarded_outputs(&gpu, geom.y_len, &what, |y| {
+                direct::forward_with(&gpu, stream, &conv, tile, &x, &w, y).unwrap()
+            }) {
+                let stats = reference::compare_host(&got, &want, bound);
+                assert!(stats.passed(), "{what} at offset {offset}: {stats:?}");
             }
-            let stats = reference::compare_host(inner, &want, bound);
-            assert!(stats.passed(), "{} on {spec}: {stats:?}", tile.name);
         }
     }
+}
+
+/// Runs `launch` into NaN-poisoned outputs of `len` elements between guard bands, 16-byte
+/// aligned (vector stores where the shapes allow) and 4 bytes off; fails if anything outside
+/// them was written. Returns each placement's offset and output.
+fn guarded_outputs(
+    gpu: &Gpu,
+    len: usize,
+    what: &str,
+    mut launch: impl FnMut(&mut CudaViewMut<f32>),
+) -> Vec<(usize, Vec<f32>)> {
+    [GUARD, GUARD + 1]
+        .into_iter()
+        .map(|offset| {
+            let mut y: CudaSlice<f32> = gpu.alloc(len + 2 * GUARD).unwrap();
+            gpu.fill_bits(&mut y, GUARD_BITS).unwrap();
+            let range = offset..offset + len;
+            gpu.poison(&mut y.slice_mut(range.clone())).unwrap();
+            launch(&mut y.slice_mut(range.clone()));
+            let got = gpu.download(&y).unwrap();
+            for (side, band) in [("before", &got[..offset]), ("after", &got[range.end..])] {
+                let bad = band.iter().filter(|v| v.to_bits() != GUARD_BITS).count();
+                assert_eq!(bad, 0, "{what}: wrote {bad} elements {side} its output");
+            }
+            (offset, got[range].to_vec())
+        })
+        .collect()
 }
 
 #[test]
@@ -158,21 +179,47 @@ fn depthwise_variants_write_all_of_their_output_and_nothing_else() {
         let tiles: Vec<_> = convkit::depthwise::supporting_variants(&conv).collect();
         assert_eq!(tiles.len(), 3, "{spec}: every tile size computes it");
         for tile in tiles {
-            // 16-byte aligned (vector stores where the rows allow) and 4 bytes off.
-            for offset in [GUARD, GUARD + 1] {
-                let mut y: CudaSlice<f32> = gpu.alloc(geom.y_len + 2 * GUARD).unwrap();
-                gpu.fill_bits(&mut y, GUARD_BITS).unwrap();
-                let range = offset..offset + geom.y_len;
-                gpu.poison(&mut y.slice_mut(range.clone())).unwrap();
-                convkit::depthwise::forward_with(&gpu, stream, &conv, tile, &x, &w, &mut y.slice_mut(range.clone()))
-                    .unwrap();
-                let got = gpu.download(&y).unwrap();
-                for (side, band) in [("before", &got[..offset]), ("after", &got[range.end..])] {
-                    let bad = band.iter().filter(|v| v.to_bits() != GUARD_BITS).count();
-                    assert_eq!(bad, 0, "{} wrote {bad} elements {side} the output of {spec}", tile.name);
-                }
-                let stats = reference::compare_host(&got[range], &want, bound);
-                assert!(stats.passed(), "{} on {spec} at offset {offset}: {stats:?}", tile.name);
+            let what = format!("{} on {spec}", tile.name);
+            for (offset, got) in guarded_outputs(&gpu, geom.y_len, &what, |y| {
+                convkit::depthwise::forward_with(&gpu, stream, &conv, tile, &x, &w, y).unwrap()
+            }) {
+                let stats = reference::compare_host(&got, &want, bound);
+                assert!(stats.passed(), "{what} at offset {offset}: {stats:?}");
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tensor_core_variants_write_all_of_their_output_and_nothing_else() {
+    let gpu = gpu();
+    let stream = gpu.stream();
+    let shapes = [
+        // 4-wide groups (several per block), a ragged last pixel tile, padding on both sides.
+        "n=3,c=32,h=13,w=11,k=32,r=3,s=3,pad=1,groups=8",
+        // 24-wide groups over a prime group count, stride 2: one group per block.
+        "n=2,c=120,h=15,w=15,k=120,r=3,s=3,pad=1,stride=2,groups=5",
+        // Wider than the widest column tile, ragged channel chunks, dilation, rectangular.
+        "n=2,c=70,h=12,w=17,k=150,r=3,s=2,pad=2x1,dilation=2,groups=1",
+        // 1x1 grouped (ShuffleNet), output planes not a multiple of 4 (no vector stores).
+        "n=2,c=60,h=7,w=7,k=240,r=1,s=1,groups=3",
+        // More block groups than the grid's z holds: several launches.
+        "n=1,c=70000,h=3,w=3,k=70000,r=3,s=3,pad=1,groups=70000",
+    ];
+    for (seed, spec) in shapes.into_iter().enumerate() {
+        let conv: Conv2d = spec.parse().unwrap();
+        let geom = conv.geometry().unwrap();
+        let (x_host, w_host, x, w) = inputs(&gpu, &conv, 40 + seed as u64);
+        let want = reference::cpu_reference(&conv, &x_host, &w_host).unwrap();
+        for tile in igemm::variants() {
+            let bound = igemm::tolerance(&conv, &geom, tile);
+            let what = format!("{} on {spec}", tile.name);
+            for (offset, got) in guarded_outputs(&gpu, geom.y_len, &what, |y| {
+                igemm::forward_with(&gpu, stream, &conv, tile, &x, &w, y).unwrap()
+            }) {
+                let stats = reference::compare_host(&got, &want, bound);
+                assert!(stats.passed(), "{what} at offset {offset}: {stats:?}");
             }
         }
     }

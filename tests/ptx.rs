@@ -12,6 +12,7 @@ use kernels_gpu::{
         direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
         fft::{FFTCONV_TILES, FftConvParams},
         fft_gemm::{FFT_GEMM_SIZES, FftGemmParams},
+        igemm::{IGEMM_FWD_VARIANTS, IgemmFwdParams, IgemmPackParams, PACK_KERNEL},
     },
     fft::{
         FFT_KERNEL, FftParams,
@@ -27,6 +28,8 @@ use std::{collections::BTreeMap, path::PathBuf, process::Command};
 fn kernels() -> Vec<(&'static str, usize)> {
     let mut all: Vec<_> = DIRECT_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DirectFwdParams>())).collect();
     all.extend(DEPTHWISE_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DepthwiseFwdParams>())));
+    all.extend(IGEMM_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<IgemmFwdParams>())));
+    all.push((PACK_KERNEL, size_of::<IgemmPackParams>()));
     all.extend(CGEMM_TILES.iter().map(|t| (t.name, size_of::<CgemmParams>())));
     for size in FFT2D_SIZES {
         all.extend([size.name, size.r2c_kernel, size.c2r_kernel].map(|name| (name, size_of::<Fft2dParams>())));

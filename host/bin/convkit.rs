@@ -22,7 +22,10 @@ use convkit::{
     timing::{GpuQueue, Schedule},
 };
 use indicatif::{ProgressBar, ProgressStyle};
-use kernels_gpu::{conv::direct::DirectTile, random::mix};
+use kernels_gpu::{
+    conv::{direct::DirectTile, igemm::Precision},
+    random::mix,
+};
 use std::{collections::BTreeMap, path::PathBuf, process::ExitCode, time::SystemTime};
 
 #[derive(Parser)]
@@ -344,6 +347,10 @@ struct BenchArgs {
     /// Leave out the planner's choices (timed by default, through the Plan API, in both classes).
     #[arg(long)]
     no_plans: bool,
+    /// Time every tensor-core (implicit GEMM) variant, not only the heuristic's choice of each
+    /// precision.
+    #[arg(long)]
+    all_variants: bool,
     /// A stored result (`--json` of an earlier run): exit 1 if a layer of ours got slower by more
     /// than --max-slowdown.
     #[arg(long, value_name = "FILE")]
@@ -416,6 +423,8 @@ fn run_info(device: usize) -> Result<ExitCode, Error> {
     println!("direct kernels: {}", names.join(", "));
     let names: Vec<_> = convkit::depthwise::variants().iter().map(|t| t.name).collect();
     println!("depthwise kernels: {}", names.join(", "));
+    let names: Vec<_> = convkit::conv::igemm::variants().iter().map(|t| t.name).collect();
+    println!("tensor-core (implicit GEMM) kernels: {}", names.join(", "));
     let fft: Vec<_> = convkit::conv::fft::variants().iter().map(|t| t.name).collect();
     println!("fused FFT convolution (depthwise) transforms: {}", fft.join(", "));
     let cgemm: Vec<_> = CGEMM_TILES.iter().map(|t| t.name).collect();
@@ -492,6 +501,24 @@ fn run_check(device: usize, args: &CheckArgs) -> Result<ExitCode, Error> {
             row.cases, row.variants, row.passed, row.worst, row.cudnn_worst, row.cudnn_unsupported, row.cpu_checked
         );
     }
+    // Each kernel family's error (the tensor cores' two precisions apart), measured.
+    let mut by_family: BTreeMap<String, (usize, f64, f64)> = BTreeMap::new();
+    for v in results.iter().flat_map(|r| &r.variants) {
+        let mut words = v.tile.split('_');
+        let family = match (words.next(), words.next()) {
+            (Some("igemm"), Some(precision)) => format!("igemm_{precision}"),
+            (first, _) => first.unwrap_or_default().to_owned(),
+        };
+        let entry = by_family.entry(family).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.max(v.stats.worst_ratio());
+        entry.2 = entry.2.max(v.stats.rel_l2());
+    }
+    println!("\n| kernels | runs | worst err / its bound | worst rel L2 |");
+    println!("| --- | ---: | ---: | ---: |");
+    for (family, (runs, worst, rel_l2)) in &by_family {
+        println!("| {family} | {runs} | {worst:.3} | {rel_l2:.1e} |");
+    }
     let failed = results.iter().filter(|r| !r.passed()).count();
     let variants: usize = results.iter().map(|r| r.variants.len()).sum();
     let cpu_checked = results.iter().filter(|r| r.gpu_reference_exact.is_some()).count();
@@ -501,7 +528,7 @@ fn run_check(device: usize, args: &CheckArgs) -> Result<ExitCode, Error> {
     );
     println!(
         "bound per output: |ours - ref| <= 2^-23 (8 + sqrt(taps)) * sum|x*w| + 2^-126 (ours; the FFT path adds 1e-4 * rms(x) * \
-         rms over filters of |w|_2); cuDNN: {:.0e} * sum|x*w| + {:.0e}",
+         rms over filters of |w|_2; TF32 adds 2^-10 and 2^-24 per mma, 3xTF32 3 * 2^-22); cuDNN: {:.0e} * sum|x*w| + {:.0e}",
         check::CUDNN_EXACT.tol,
         check::CUDNN_EXACT.floor
     );
@@ -553,6 +580,7 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
         tile: args.tile,
         heuristics: ALL_HEURISTICS.to_vec(),
         plans: !args.no_plans,
+        all_variants: args.all_variants,
     };
     let seed = args.timing.seed.unwrap_or_else(clock_seed);
     let mut info = RunInfo::collect(&gpu, seed)?;
@@ -602,15 +630,19 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
         opts.finalists
     );
     println!(
+        "ours: our fastest in the exact class (f32 FMA kernels, FFT, 3xTF32 tensor cores); vs fast compares our fastest of \
+         either class (TF32 included)"
+    );
+    println!(
         "exact: cuDNN's fastest in f32 FMA math (no tensor cores, no down-conversion); fast: its fastest with TF32 allowed \
          (PyTorch's default for convolutions), an exact kernel where none that converts is faster"
     );
     let last = runs.last().expect("at least one repeat");
     println!(
-        "\n| layer | ours ms (p10-p90) | ours | direct ms | depthwise ms | FFT ms | tiled FFT ms | cuDNN exact ms | exact engine | cuDNN fast ms | fast engine | vs exact | vs fast | GB/s | % HBM | err/bound |"
+        "\n| layer | ours ms (p10-p90) | ours | direct ms | depthwise ms | FFT ms | tiled FFT ms | 3xTF32 ms | TF32 ms | cuDNN exact ms | exact engine | cuDNN fast ms | fast engine | vs exact | vs fast | GB/s | % HBM | err/bound |"
     );
     println!(
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
     );
     for r in last {
         let ours = r.ours();
@@ -622,7 +654,7 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
             c.and_then(|c| c.timing.as_ref()).map_or("-".to_owned(), |t| format!("{:.3}", t.p50))
         };
         println!(
-            "| {} | {:.3} ({:.3}-{:.3}) | {} | {} | {} | {} | {} | {exact_ms} | {exact_name} | {fast_ms} | {fast_name} | {} | {} | {:.0} | {:.1} | {:.2} |",
+            "| {} | {:.3} ({:.3}-{:.3}) | {} | {} | {} | {} | {} | {} | {} | {exact_ms} | {exact_name} | {fast_ms} | {fast_name} | {} | {} | {:.0} | {:.1} | {:.2} |",
             r.label,
             t.map_or(f64::NAN, |t| t.p50),
             t.map_or(f64::NAN, |t| t.p10),
@@ -632,6 +664,8 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
             ms(r.depthwise_candidate()),
             ms(r.fft_candidate()),
             ms(r.fft_gemm_candidate()),
+            ms(r.igemm_candidate(Precision::Tf32x3)),
+            ms(r.igemm_candidate(Precision::Tf32)),
             ratio(MathClass::Exact),
             ratio(MathClass::Fast),
             r.gbytes_per_s(),

@@ -3,12 +3,11 @@
 //! direct kernel ([`super::direct`]).
 
 use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use kernels_gpu::{
     MagicDiv,
     conv::depthwise::{
-        BLOCK_THREADS, COPY_VECTORS, DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseTile, MAX_GRID_Z,
-        STORE_VECTORS,
+        BLOCK_THREADS, COPY_VECTORS, DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseTile, STORE_VECTORS,
     },
 };
 
@@ -160,21 +159,16 @@ pub fn forward_with(
         let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
         let mut p = params(conv, &geom, tile, x_ptr.is_multiple_of(16), y_ptr.is_multiple_of(16));
         (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
-        // Plane groups beyond the grid's z-limit go out as further launches.
-        let mut z_base = 0u64;
-        while z_base < plane_groups {
-            let z = (plane_groups - z_base).min(MAX_GRID_Z as u64) as u32;
-            p.z_base = z_base as u32;
-            let cfg = LaunchConfig {
-                grid_dim: (grid_x, 1, z),
-                block_dim: (BLOCK_THREADS, 1, 1),
-                shared_mem_bytes: tile.smem_bytes(),
-            };
-            // Safety: the buffers were checked to hold exactly the shape's extents, which
-            // `Conv2d::geometry` and `unsupported` bound to the kernel's index arithmetic.
-            unsafe { gpu.launch(stream, tile.name, cfg, p) }?;
-            z_base += z as u64;
-        }
+        let grid = super::SplitGrid {
+            kernel: tile.name,
+            grid_x,
+            total_z: plane_groups,
+            block_threads: BLOCK_THREADS,
+            smem_bytes: tile.smem_bytes(),
+        };
+        // Safety: the buffers were checked to hold exactly the shape's extents, which
+        // `Conv2d::geometry` and `unsupported` bound to the kernel's index arithmetic.
+        unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }?;
     } // the buffers' cross-stream events are recorded here
     gpu.check_deferred()
 }

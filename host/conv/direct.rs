@@ -1,10 +1,10 @@
 //! Launcher of the grouped direct convolution (`kernels-gpu/src/conv/direct.rs`).
 
 use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use kernels_gpu::{
     MagicDiv,
-    conv::direct::{BLOCK_THREADS, DIRECT_FWD_VARIANTS, DirectFwdParams, DirectTile, MAX_GRID_Z, TileShape},
+    conv::direct::{BLOCK_THREADS, DIRECT_FWD_VARIANTS, DirectFwdParams, DirectTile, TileShape},
 };
 
 /// Every tile variant the PTX holds.
@@ -133,21 +133,16 @@ pub fn forward_with(
         let (w_ptr, _w_sync) = w.device_ptr(stream);
         let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
         (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
-        // Packed z-ranges beyond the grid's z-limit go out as further launches.
-        let mut z_base = 0u64;
-        while z_base < total_z {
-            let z = (total_z - z_base).min(MAX_GRID_Z as u64) as u32;
-            p.z_base = z_base as u32;
-            let cfg = LaunchConfig {
-                grid_dim: (grid_x, 1, z),
-                block_dim: (BLOCK_THREADS, 1, 1),
-                shared_mem_bytes: tile.smem_bytes(p.taps_per_chunk),
-            };
-            // Safety: the buffers were checked to hold exactly the shape's extents, which
-            // `Conv2d::geometry` bounds to the kernel's 32-bit index arithmetic.
-            unsafe { gpu.launch(stream, tile.name, cfg, p) }?;
-            z_base += z as u64;
-        }
+        let grid = super::SplitGrid {
+            kernel: tile.name,
+            grid_x,
+            total_z,
+            block_threads: BLOCK_THREADS,
+            smem_bytes: tile.smem_bytes(p.taps_per_chunk),
+        };
+        // Safety: the buffers were checked to hold exactly the shape's extents, which
+        // `Conv2d::geometry` bounds to the kernel's 32-bit index arithmetic.
+        unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }?;
     } // the buffers' cross-stream events are recorded here
     gpu.check_deferred()
 }

@@ -7,10 +7,12 @@ pub mod depthwise;
 pub mod direct;
 pub mod fft;
 pub mod fft_gemm;
+pub mod igemm;
 
 use crate::{ConvGeometry, Error, Gpu, Result};
-use cudarc::driver::DeviceSlice;
+use cudarc::driver::{CudaStream, DeviceSlice, LaunchConfig};
 use cudnn::MathClass;
+use kernels_gpu::conv::MAX_GRID_Z;
 
 /// Fails unless x, w and y belong to `gpu` and hold exactly the shape's elements.
 pub(crate) fn check_buffers(
@@ -29,6 +31,43 @@ pub(crate) fn check_buffers(
     gpu.check_buffer("x", x)?;
     gpu.check_buffer("w", w)?;
     gpu.check_buffer("y", y)
+}
+
+/// A grid whose z-index packs more than CUDA's z-limit may hold.
+pub(crate) struct SplitGrid {
+    pub kernel: &'static str,
+    pub grid_x: u32,
+    /// Packed z-indices in all.
+    pub total_z: u64,
+    pub block_threads: u32,
+    pub smem_bytes: u32,
+}
+
+/// Launches `grid` on `stream` as launches of at most [`MAX_GRID_Z`] z-indices, telling each
+/// its first z-index through `set_z_base`.
+///
+/// # Safety
+/// `params` must hold buffers and extents the kernel's index arithmetic is valid for.
+pub(crate) unsafe fn launch_split_z<P: bytemuck::Pod>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    grid: &SplitGrid,
+    mut params: P,
+    set_z_base: impl Fn(&mut P, u32),
+) -> Result<()> {
+    let mut z_base = 0u64;
+    while z_base < grid.total_z {
+        let z = (grid.total_z - z_base).min(MAX_GRID_Z as u64) as u32;
+        set_z_base(&mut params, z_base as u32);
+        let cfg = LaunchConfig {
+            grid_dim: (grid.grid_x, 1, z),
+            block_dim: (grid.block_threads, 1, 1),
+            shared_mem_bytes: grid.smem_bytes,
+        };
+        unsafe { gpu.launch(stream, grid.kernel, cfg, params) }?;
+        z_base += z as u64;
+    }
+    Ok(())
 }
 
 /// Fails unless x and y belong to `gpu` and hold exactly the shape's elements (algorithms whose

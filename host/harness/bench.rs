@@ -28,12 +28,17 @@ use crate::{
         depthwise, direct,
         fft::{self, FftConvPlan},
         fft_gemm::{self, FftGemmPlan},
+        igemm::{self, IgemmPlan},
     },
     plan::{Plan, PlanOptions, Planner},
 };
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
 use kernels_gpu::{
-    conv::{depthwise::DepthwiseTile, direct::DirectTile},
+    conv::{
+        depthwise::DepthwiseTile,
+        direct::DirectTile,
+        igemm::{IGEMM_FWD_VARIANTS, IgemmTile, Precision},
+    },
     random::mix,
     verify::{CompareStats, Tolerance},
 };
@@ -65,6 +70,8 @@ pub struct BenchOptions {
     pub heuristics: Vec<HeurMode>,
     /// Also time what the planner's heuristic picks in each class, through [`Plan::forward`].
     pub plans: bool,
+    /// Time every tensor-core variant, not only the heuristic's choice of each precision.
+    pub all_variants: bool,
 }
 
 /// Where an implementation comes from.
@@ -159,8 +166,8 @@ pub struct LayerResult {
     pub min_bytes: f64,
     pub sets: usize,
     /// Ours first: the direct kernel, then the depthwise kernel where `depthwise` is set, the
-    /// fused FFT convolution where `fft` is set and the tiled one where `fft_gemm` is set; then
-    /// cuDNN's.
+    /// fused FFT convolution where `fft` is set, the tiled one where `fft_gemm` is set, and the
+    /// tensor-core variants (`igemm`); then the plans and cuDNN's.
     pub candidates: Vec<Candidate>,
     /// The depthwise kernel's variant, where it computes the layer.
     pub depthwise: Option<&'static str>,
@@ -168,6 +175,9 @@ pub struct LayerResult {
     pub fft: Option<&'static str>,
     /// The tiled FFT convolution's transform, where it computes the layer.
     pub fft_gemm: Option<&'static str>,
+    /// Indices of the tensor-core (implicit GEMM) candidates: TF32 in the fast class, 3xTF32
+    /// in the exact class (its bound, `igemm::tolerance`, is under twice f32's).
+    pub igemm: Vec<usize>,
     /// Indices of the planner's choices (exact class, fast class), where `plans` was set.
     pub plans: Vec<usize>,
     /// Index of cuDNN's fastest timed candidate in the exact class.
@@ -185,16 +195,33 @@ pub struct LayerResult {
 }
 
 impl LayerResult {
-    /// Our candidates: the direct kernel, then the depthwise kernel and the FFT convolutions
-    /// that ran.
+    /// Our candidates: the direct kernel, then the depthwise kernel, the FFT convolutions and
+    /// the tensor-core variants that ran.
     pub fn convkit(&self) -> &[Candidate] {
         let others = [self.depthwise, self.fft, self.fft_gemm].iter().filter(|c| c.is_some()).count();
-        &self.candidates[..1 + others]
+        &self.candidates[..1 + others + self.igemm.len()]
     }
 
-    /// Our fastest timed candidate.
+    /// Our fastest timed candidate of `class` (the fast class admits both).
+    pub fn ours_in(&self, class: MathClass) -> &Candidate {
+        let admitted = |c: &&Candidate| class == MathClass::Fast || c.class == MathClass::Exact;
+        let fastest = self.convkit().iter().filter(admitted).min_by(|a, b| p50(a).total_cmp(&p50(b)));
+        fastest.expect("the direct kernel is an exact candidate")
+    }
+
+    /// Our fastest timed candidate in the exact class.
     pub fn ours(&self) -> &Candidate {
-        self.convkit().iter().min_by(|a, b| p50(a).total_cmp(&p50(b))).expect("the direct kernel is a candidate")
+        self.ours_in(MathClass::Exact)
+    }
+
+    /// The fastest tensor-core candidate of `precision`.
+    pub fn igemm_candidate(&self, precision: Precision) -> Option<&Candidate> {
+        let class = match precision {
+            Precision::Tf32 => MathClass::Fast,
+            Precision::Tf32x3 => MathClass::Exact,
+        };
+        let of_precision = self.igemm.iter().map(|&i| &self.candidates[i]).filter(|c| c.class == class);
+        of_precision.min_by(|a, b| p50(a).total_cmp(&p50(b)))
     }
 
     pub fn direct(&self) -> &Candidate {
@@ -226,10 +253,10 @@ impl LayerResult {
         index.map(|i| &self.candidates[i])
     }
 
-    /// cuDNN's best in `class` over ours (median times): above 1 we are faster.
+    /// cuDNN's best in `class` over ours in it (median times): above 1 we are faster.
     pub fn speedup(&self, class: MathClass) -> Option<f64> {
         let theirs = self.best(class)?.timing.as_ref()?.p50;
-        Some(theirs / self.ours_ms())
+        Some(theirs / p50(self.ours_in(class)))
     }
 
     pub fn gbytes_per_s(&self) -> f64 {
@@ -296,6 +323,8 @@ enum Runner<'g> {
     Direct(DirectTile),
     Depthwise(DepthwiseTile),
     /// One plan per copy of the weights in the arena.
+    Igemm(Vec<IgemmPlan>),
+    /// One plan per copy of the weights in the arena.
     Fft(Vec<FftConvPlan>),
     FftGemm(Vec<FftGemmPlan>),
     Engine(EnginePlan),
@@ -322,6 +351,7 @@ impl<'g> Env<'_, 'g> {
         match runner {
             Runner::Direct(tile) => direct::forward_with(gpu, stream, conv, tile, &x, &w, &mut y),
             Runner::Depthwise(tile) => depthwise::forward_with(gpu, stream, conv, tile, &x, &w, &mut y),
+            Runner::Igemm(plans) => plans[set].forward(gpu, stream, &x, &mut y),
             Runner::Fft(plans) => plans[set].forward(gpu, stream, &x, &mut y),
             Runner::FftGemm(plans) => plans[set].forward(gpu, stream, &x, &mut y, self.workspace),
             Runner::Engine(plan) => {
@@ -462,6 +492,41 @@ impl<'g> Bench<'g> {
                 None
             }
         };
+        // The tensor-core kernel in both precisions, each to its own bound: the heuristic's
+        // variant, or every variant.
+        let mut igemm_indices = Vec::new();
+        for precision in [Precision::Tf32, Precision::Tf32x3] {
+            let tiles: Vec<IgemmTile> = if self.opts.all_variants {
+                IGEMM_FWD_VARIANTS.iter().filter(|t| t.precision == precision).copied().collect()
+            } else {
+                match igemm::choose(conv, &geom, precision, gpu.sm_count()) {
+                    Ok(shape) => vec![shape.tile],
+                    Err(e) => {
+                        skipped.push(format!("convkit implicit GEMM: {e}"));
+                        vec![]
+                    }
+                }
+            };
+            for tile in tiles {
+                // One plan (packed filters) per copy of the weights.
+                let mut plans = Vec::with_capacity(env.arena.sets);
+                for set in 0..env.arena.sets {
+                    let (_, w, _) = env.arena.set(set);
+                    plans.push(IgemmPlan::new(gpu, &self.stream, conv, &tile, &w)?);
+                }
+                let (bytes, groups_per_block) = (plans[0].plan_bytes(), plans[0].shape().groups_per_block);
+                let runner = Runner::Igemm(plans);
+                let stats = env.validate(&runner, &truth, igemm::tolerance(conv, &geom, &tile))?;
+                let class = if precision == Precision::Tf32 { MathClass::Fast } else { MathClass::Exact };
+                let notes = format!("{} mma, {groups_per_block} groups per block", precision.name());
+                let name = tile.name.trim_start_matches("igemm_").to_owned();
+                let mut candidate = Candidate::new(name, Source::Convkit, class, notes, bytes);
+                candidate.record(&stats);
+                igemm_indices.push(candidates.len());
+                candidates.push(candidate);
+                runners.push(runner);
+            }
+        }
         // The planner's heuristic choice in each class, through the Plan API (set 0's weights).
         let mut plans = Vec::new();
         if self.opts.plans {
@@ -615,6 +680,7 @@ impl<'g> Bench<'g> {
             fft: fft_tile,
             depthwise: depthwise_tile,
             fft_gemm: fft_gemm_size,
+            igemm: igemm_indices,
             plans,
             best_exact,
             best_fast,

@@ -1,9 +1,10 @@
-//! `convkit check`: every direct- and depthwise-kernel variant that supports a shape, and the fused
-//! FFT convolution where it computes the shape (its smallest transform and the next), element by
-//! element against the f64 reference on the GPU (itself checked against the CPU reference on small
-//! shapes), and cuDNN against the same reference, on fresh random inputs with NaN-poisoned outputs.
-//! Some cases put NaN and ±∞ into the input: they must come out exactly where the reference has
-//! them (the FFT path, which spreads a NaN over the whole image, skips those).
+//! `convkit check`: every direct-, depthwise- and tensor-core-kernel variant that supports a shape
+//! (the tensor-core ones to their precision's bound), and the fused FFT convolution where it
+//! computes the shape (its smallest transform and the next), element by element against the f64
+//! reference on the GPU (itself checked against the CPU reference on small shapes), and cuDNN
+//! against the same reference, on fresh random inputs with NaN-poisoned outputs. Some cases put
+//! NaN and ±∞ into the input: they must come out exactly where the reference has them (the FFT
+//! path, which spreads a NaN over the whole image, and the tensor-core kernels skip those).
 
 use super::reference::{self, GpuReference, Reference};
 use crate::{
@@ -16,6 +17,7 @@ use crate::{
         },
         depthwise, direct, fft,
         fft_gemm::{self, FftGemmPlan},
+        igemm,
     },
     error::Context,
     plan::Plan,
@@ -162,6 +164,17 @@ impl<'g> Checker<'g> {
             let stats = reference::compare(gpu, stream, &y, &truth, bound)?;
             variants.push(VariantResult { tile: tile.name, bound, stats });
         }
+        // The tensor-core variants, each to its precision's bound; non-finite inputs spread
+        // to other groups there (see `igemm`), so those cases leave them out.
+        if !case.nonfinite {
+            for tile in igemm::variants() {
+                let bound = igemm::tolerance(conv, &geom, tile);
+                gpu.poison(&mut y)?;
+                igemm::forward_with(gpu, stream, conv, tile, &x, &w, &mut y)?;
+                let stats = reference::compare(gpu, stream, &y, &truth, bound)?;
+                variants.push(VariantResult { tile: tile.name, bound, stats });
+            }
+        }
         if !case.nonfinite {
             let scale = reference::fft_error_scale(&gpu.download(&x)?, &gpu.download(&w)?, conv.k);
             let bound = Tolerance::fft(geom.taps(conv) as u64, scale);
@@ -250,6 +263,7 @@ pub const CATEGORIES: &[&str] = &[
     "dense",
     "channel-multiplier",
     "grouped",
+    "grouped-wide",
     "stride-2",
     "dilation-2",
     "1x1",
@@ -300,6 +314,19 @@ pub fn random_case(rng: &mut SmallRng, index: usize) -> Case {
         "grouped" => {
             conv.groups = pick(rng, &[2, 3, 8, 16, 32]);
             (conv.c, conv.k) = (conv.groups * rng.random_range(1..=8), conv.groups * rng.random_range(1..=16));
+        }
+        "grouped-wide" => {
+            // The tensor-core kernel's ground: ResNeXt/RegNet-like group widths (several groups
+            // per block, several column tiles, ragged channel chunks), and odd ones.
+            conv.groups = pick(rng, &[1, 2, 3, 4, 8, 32, 37]);
+            let width = |rng: &mut SmallRng| {
+                let any = rng.random_range(1..=70);
+                pick(rng, &[4, 8, 20, 24, 32, 56, 64, any])
+            };
+            (conv.c, conv.k) = (conv.groups * width(rng), conv.groups * width(rng));
+            conv.n = rng.random_range(1..=4);
+            conv.stride = [pick(rng, &[1, 1, 2]); 2];
+            (conv.h, conv.w) = (rng.random_range(3..=30), rng.random_range(3..=30));
         }
         "stride-2" => conv.stride = [2, 2],
         "dilation-2" => conv.dilation = [2, 2],

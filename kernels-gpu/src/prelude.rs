@@ -302,3 +302,44 @@ pub fn ld_shared_f32x2(addr: u32) -> [f32; 2] {
     };
     [a, b]
 }
+
+/// Closes this thread's `cp.async` copies issued since the last commit into one group
+/// ([`cp_async_wait_group`] waits for groups).
+#[inline(always)]
+pub fn cp_async_commit() {
+    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
+}
+
+/// Waits until at most `N` of this thread's committed `cp.async` groups are still in flight.
+#[inline(always)]
+pub fn cp_async_wait_group<const N: u32>() {
+    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
+}
+
+/// `v` rounded to TF32 (10 mantissa bits, to nearest, ties away from zero), as the bits the
+/// tensor cores read.
+#[inline(always)]
+pub fn cvt_tf32(v: f32) -> u32 {
+    let r: u32;
+    unsafe { asm!("cvt.rna.tf32.f32 {r}, {v};", r = out(reg32) r, v = in(reg32) v, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `d = a · b + c` over one warp: A 16x8 (row-major), B 8x8 (column-major), TF32 inputs, f32
+/// accumulators, fragments in the PTX ISA's m16n8k8 layout (`kernels_gpu::conv::igemm`
+/// spells it out).
+#[inline(always)]
+pub fn mma_tf32_m16n8k8(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+    let d: [f32; 4];
+    let (d0, d1, d2, d3): (f32, f32, f32, f32);
+    unsafe {
+        asm!("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{c0}, {c1}, {c2}, {c3}}};",
+            d0 = out(reg32) d0, d1 = out(reg32) d1, d2 = out(reg32) d2, d3 = out(reg32) d3,
+            a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+            b0 = in(reg32) b[0], b1 = in(reg32) b[1],
+            c0 = in(reg32) c[0], c1 = in(reg32) c[1], c2 = in(reg32) c[2], c3 = in(reg32) c[3],
+            options(pure, nomem, nostack))
+    };
+    d = [d0, d1, d2, d3];
+    d
+}

@@ -17,8 +17,8 @@
 //!    A row of PX outputs leaves in one 16-byte store where the output row allows.
 //!
 //! Grid: x = spatial tile (`tile_row * tiles_w + tile_col`, unpacked with magic division),
-//! z = plane group from `z_base` (a launch covers at most [`MAX_GRID_Z`]; the host issues as
-//! many launches as the planes need).
+//! z = plane group from `z_base` (a launch covers at most [`super::MAX_GRID_Z`]; the host
+//! issues as many launches as the planes need).
 //!
 //! The block program is generic over [`TileBlock`], so the host's tests run this very code on
 //! the CPU against the f64 reference, with every shared-memory access tracked.
@@ -32,8 +32,6 @@ pub const BLOCK_THREADS: u32 = 128;
 pub const PX: u32 = 4;
 /// Output rows per thread: an input row read from shared memory feeds up to RY of them.
 pub const RY: u32 = 2;
-/// CUDA's limit on `gridDim.z`.
-pub const MAX_GRID_Z: u32 = 65535;
 /// The largest window of any variant, `(PX - 1) * 2 + 9`: the window's register array is sized
 /// by it and its unused part is never touched.
 const MAX_WINDOW: usize = 16;

@@ -14,8 +14,8 @@
 //! The filter taps of the group (`c_per_group * R * S`, flattened) stream through shared
 //! memory in chunks, so any filter size (1x1 ... 64x64 and beyond, rectangular) takes the same
 //! path. Grid: x = pixel tiles, z = (group, k-tile) packed; z and the pixel index are unpacked
-//! with magic division. A launch covers at most `MAX_GRID_Z` z-indices from `z_base` on; the
-//! host issues as many launches as the packed range needs.
+//! with magic division. A launch covers at most [`super::MAX_GRID_Z`] z-indices from `z_base`
+//! on; the host issues as many launches as the packed range needs.
 
 use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
@@ -24,8 +24,6 @@ use bytemuck::{Pod, Zeroable};
 pub const BLOCK_THREADS: u32 = 128;
 /// Shared memory one block may use for its chunk of weights.
 pub const SMEM_BUDGET_BYTES: u32 = 16 * 1024;
-/// CUDA's limit on `gridDim.z`.
-pub const MAX_GRID_Z: u32 = 65535;
 
 /// Parameters of every direct forward kernel, passed by value. Addresses are device
 /// pointers; every extent is validated by the host to fit the kernel's index arithmetic

@@ -1,0 +1,319 @@
+//! Launcher of the grouped implicit GEMM on tensor cores (`kernels-gpu/src/conv/igemm.rs`):
+//! any groups, filter, stride, padding and dilation, NCHW, in TF32 (the fast class, PyTorch's
+//! default for convolutions) or 3xTF32 (an error near f32's).
+//!
+//! Non-finite inputs: a NaN or infinity may also turn the outputs of the other groups that
+//! share its block into NaN (their block-diagonal zeros multiply it), and 3xTF32 turns an
+//! infinity into NaN (its residual is ∞ - ∞). Finite inputs give finite, bounded outputs.
+
+use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
+use kernels_gpu::{
+    MagicDiv,
+    conv::igemm::{
+        BLOCK_THREADS, IGEMM_FWD_VARIANTS, IgemmFwdParams, IgemmPackParams, IgemmTile, PACK_KERNEL, Precision,
+        STORE_VECTORS,
+    },
+    verify::Tolerance,
+};
+
+/// Every variant the PTX holds.
+pub fn variants() -> &'static [IgemmTile] {
+    IGEMM_FWD_VARIANTS
+}
+
+/// The bound outputs of `tile` are held to against the f64 reference on `conv` (valid)
+/// (`|y - v| <= tol · Σ|x·w| + floor`, see `kernels_gpu::verify`), beyond the f32
+/// accumulation's ([`Tolerance::f32_sum`]):
+/// - TF32 rounds each input to nearest with 10 mantissa bits (relative error ≤ 2^-11), so a
+///   product errs by at most 2^-10 of its magnitude (and 2^-22 more); and the tensor cores
+///   truncate as they accumulate, errors of one sign that grow with the mma count: up to half
+///   an f32 ulp of the magnitude per mma is allowed for.
+/// - 3xTF32 keeps each input to 2^-22 (value plus residual, both rounded) and drops the
+///   product of the residuals (≤ 2^-22): at most 3 · 2^-22 per product; each chunk's few mma
+///   are summed apart and added to the total in f32 (round to nearest), which
+///   [`Tolerance::f32_sum`] covers.
+pub fn tolerance(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> Tolerance {
+    let taps = geom.taps(conv) as u64;
+    let sum = Tolerance::f32_sum(taps);
+    let extra = match tile.precision {
+        Precision::Tf32 => {
+            let shape = shape(conv, geom, tile);
+            let mmas = (conv.r * conv.s) as f64 * shape.channel_chunks as f64 * tile.k_steps as f64;
+            2f64.powi(-10) + mmas * 2f64.powi(-24)
+        }
+        Precision::Tf32x3 => 3.0 * 2f64.powi(-22),
+    };
+    Tolerance { tol: extra + sum.tol, floor: sum.floor }
+}
+
+/// Why no variant can compute `conv`, if none can (any `conv`, valid or not: no panic).
+pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
+    // Filter offsets are 32-bit on the GPU; `Conv2d::geometry` bounds the rest.
+    let filter = [conv.k, conv.c.checked_div(conv.groups).unwrap_or(0), conv.r, conv.s];
+    if filter.into_iter().try_fold(1usize, usize::checked_mul).is_none_or(|v| v > i32::MAX as usize) {
+        return Some("a filter of more than 2^31 - 1 elements");
+    }
+    None
+}
+
+/// How a variant covers a layer: its groups per block and the tiles that follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IgemmShape {
+    pub tile: IgemmTile,
+    /// Adjacent groups that share a block (block-diagonal weights): the most that divide the
+    /// groups and whose outputs fit the tile's columns, at least 1.
+    pub groups_per_block: u32,
+    /// Column tiles per block group.
+    pub column_tiles: u32,
+    /// Chunks of `BK` channels per filter tap.
+    pub channel_chunks: u32,
+    /// Blocks along x (pixel tiles) and packed z (block groups times column tiles).
+    pub grid: [u64; 2],
+}
+
+impl IgemmShape {
+    /// Elements of the packed filters: a panel of `BN x BK` per block group, column tile and
+    /// chunk.
+    pub fn packed_len(&self, taps: u64) -> u64 {
+        let t = &self.tile;
+        self.grid[1] * taps * self.channel_chunks as u64 * (t.bn() * t.bk()) as u64
+    }
+
+    /// Elements the blocks copy to shared memory: (inputs, weights), zeros included.
+    pub fn copies(&self, taps: u64) -> (f64, f64) {
+        let t = &self.tile;
+        let chunks = (self.grid[0] * self.grid[1] * taps * self.channel_chunks as u64) as f64;
+        (chunks * (t.bm() * t.bk()) as f64, chunks * (t.bn() * t.bk()) as f64)
+    }
+}
+
+/// How `tile` covers `conv` (`conv` valid).
+pub fn shape(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> IgemmShape {
+    let (groups, kpg, cpg) = (conv.groups as u32, geom.k_per_group as u32, geom.c_per_group as u32);
+    let groups_per_block = (1..=groups).rev().find(|&d| groups.is_multiple_of(d) && d * kpg <= tile.bn()).unwrap_or(1);
+    let column_tiles = (groups_per_block * kpg).div_ceil(tile.bn());
+    let channel_chunks = (groups_per_block * cpg).div_ceil(tile.bk());
+    let pixels = (conv.n * geom.out_h * geom.out_w) as u64;
+    let grid = [tile.grid_x(pixels), (groups / groups_per_block) as u64 * column_tiles as u64];
+    IgemmShape { tile: *tile, groups_per_block, column_tiles, channel_chunks, grid }
+}
+
+/// How much a copied weight counts against a copied input in [`choose`]'s cost: with the
+/// filters packed, the H200's variant times on 7 grouped layers ranked as inputs copied plus
+/// 3 times the weights copied (the best variant on all 7; weights copied grow with the column
+/// tile and the block-diagonal zeros, as do the mma and their fragment loads; see
+/// benches/NOTES.md, the tensor-core section).
+const WEIGHT_COPY_COST: f64 = 3.0;
+
+/// The heuristic's variant of `precision`: the one that copies the least (weights weighted by
+/// [`WEIGHT_COPY_COST`]), a grid of fewer than 4 blocks per multiprocessor counting as
+/// proportionally slower (idle multiprocessors).
+pub fn choose(conv: &Conv2d, geom: &ConvGeometry, precision: Precision, sm_count: u32) -> Result<IgemmShape> {
+    if let Some(reason) = layer_unsupported(conv) {
+        return Err(Error::Unsupported { algorithm: "implicit GEMM", reason: reason.to_owned() });
+    }
+    let taps = (conv.r * conv.s) as u64;
+    let cost = |s: &IgemmShape| {
+        let fill = ((s.grid[0] * s.grid[1]) as f64 / (4 * sm_count) as f64).min(1.0);
+        let (inputs, weights) = s.copies(taps);
+        (inputs + WEIGHT_COPY_COST * weights) / fill
+    };
+    let best = IGEMM_FWD_VARIANTS
+        .iter()
+        .filter(|t| t.precision == precision)
+        .map(|t| shape(conv, geom, t))
+        .min_by(|a, b| cost(a).total_cmp(&cost(b)));
+    Ok(best.expect("every precision comes in several tiles"))
+}
+
+/// The kernel parameters of `shape` for `conv`; the addresses are filled in at launch.
+/// `y_aligned`: whether `y` is 16-byte aligned (16-byte stores need that).
+pub fn params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape, y_aligned: bool) -> IgemmFwdParams {
+    // `Conv2d::geometry` and `layer_unsupported` have checked that every value fits its field.
+    let u = |v: usize| v as u32;
+    let magic = |d: u32| MagicDiv::new(d).expect("validated extents are non-zero");
+    let out_plane = u(geom.out_h * geom.out_w);
+    IgemmFwdParams {
+        x: 0,
+        w: 0,
+        y: 0,
+        in_h: u(conv.h),
+        in_w: u(conv.w),
+        in_plane: u(conv.h * conv.w),
+        out_plane,
+        filter_r: u(conv.r),
+        filter_s: u(conv.s),
+        taps: u(conv.r * conv.s),
+        pad_h: conv.pad[0] as i32,
+        pad_w: conv.pad[1] as i32,
+        stride_h: u(conv.stride[0]),
+        stride_w: u(conv.stride[1]),
+        dil_h: u(conv.dilation[0]),
+        dil_w: u(conv.dilation[1]),
+        channels: u(conv.c),
+        out_channels: u(conv.k),
+        c_per_group: u(geom.c_per_group),
+        block_channels: shape.groups_per_block * u(geom.c_per_group),
+        block_outputs: shape.groups_per_block * u(geom.k_per_group),
+        channel_chunks: shape.channel_chunks,
+        batch_pixels: u(conv.n) * out_plane,
+        z_base: 0,
+        flags: if y_aligned && out_plane.is_multiple_of(4) { STORE_VECTORS } else { 0 },
+        column_tiles: magic(shape.column_tiles),
+        out_plane_div: magic(out_plane),
+        out_w_div: magic(u(geom.out_w)),
+        c_per_group_div: magic(u(geom.c_per_group)),
+        k_per_group_div: magic(u(geom.k_per_group)),
+    }
+}
+
+/// The packing kernel's parameters for `shape` on `conv`; the addresses are filled in at launch.
+pub fn pack_params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape) -> IgemmPackParams {
+    let t = &shape.tile;
+    let magic = |d: u32| MagicDiv::new(d).expect("tile and layer extents are non-zero");
+    IgemmPackParams {
+        w: 0,
+        packed: 0,
+        total: shape.packed_len((conv.r * conv.s) as u64),
+        conv: params(conv, geom, shape, false),
+        panel: magic(t.bn() * t.bk()),
+        row: magic(t.bk()),
+        chunks: magic((conv.r * conv.s) as u32 * shape.channel_chunks),
+        channel_chunks: magic(shape.channel_chunks),
+    }
+}
+
+/// A layer's filters packed for one variant: built once per set of filters, run many times.
+/// The packed filters hold `shape.packed_len` elements (the filters' own count where a
+/// block holds one group and the tiles fit; `groups_per_block` times that at most).
+pub struct IgemmPlan {
+    conv: Conv2d,
+    geom: ConvGeometry,
+    shape: IgemmShape,
+    packed: CudaSlice<f32>,
+}
+
+impl IgemmPlan {
+    /// Packs `w` (KCRS, f32, on `gpu`) for `tile` (one of [`variants`]) on `stream`.
+    pub fn new(
+        gpu: &Gpu,
+        stream: &CudaStream,
+        conv: &Conv2d,
+        tile: &IgemmTile,
+        w: &impl DevicePtr<f32>,
+    ) -> Result<Self> {
+        let geom = conv.geometry()?;
+        if !IGEMM_FWD_VARIANTS.contains(tile) {
+            return Err(Error::UnsupportedTile {
+                tile: tile.name,
+                reason: "not a kernel of this build (see igemm::variants)",
+            });
+        }
+        if let Some(reason) = layer_unsupported(conv) {
+            return Err(Error::UnsupportedTile { tile: tile.name, reason });
+        }
+        let shape = shape(conv, &geom, tile);
+        let len = shape.packed_len((conv.r * conv.s) as u64);
+        if len > u32::MAX as u64 {
+            return Err(Error::UnsupportedTile {
+                tile: tile.name,
+                reason: "packed filters of more than 2^32 elements",
+            });
+        }
+        if w.len() != geom.w_len {
+            return Err(Error::BufferSize { buffer: "w", expected: geom.w_len, got: w.len() });
+        }
+        gpu.check_buffer("w", w)?;
+        let mut packed = gpu.alloc::<f32>(len as usize)?;
+        let mut p = pack_params(conv, &geom, &shape);
+        {
+            let (w_ptr, _ws) = w.device_ptr(stream);
+            let (packed_ptr, _ps) = packed.device_ptr_mut(stream);
+            (p.w, p.packed) = (w_ptr, packed_ptr);
+            let cfg = LaunchConfig {
+                grid_dim: (len.div_ceil(256).min(1 << 20) as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // Safety: w holds the layer's filters (checked above) and `packed` the `total`
+            // elements the kernel writes; `weight_source` reads inside the filters only.
+            unsafe { gpu.launch(stream, PACK_KERNEL, cfg, p) }?;
+        }
+        gpu.check_deferred()?;
+        Ok(IgemmPlan { conv: conv.clone(), geom, shape, packed })
+    }
+
+    pub fn shape(&self) -> &IgemmShape {
+        &self.shape
+    }
+
+    /// Device memory the packed filters take.
+    pub fn plan_bytes(&self) -> usize {
+        self.packed.len() * size_of::<f32>()
+    }
+
+    /// `y = conv(x, w)` on `stream` with the packed filters. Buffers are NCHW, f32, exactly the
+    /// sizes of [`Conv2d::geometry`], and belong to `gpu`.
+    pub fn forward(
+        &self,
+        gpu: &Gpu,
+        stream: &CudaStream,
+        x: &impl DevicePtr<f32>,
+        y: &mut impl DevicePtrMut<f32>,
+    ) -> Result<()> {
+        super::check_io(gpu, &self.geom, x, y)?;
+        let tile = &self.shape.tile;
+        {
+            let (x_ptr, _x_sync) = x.device_ptr(stream);
+            let (w_ptr, _w_sync) = self.packed.device_ptr(stream);
+            let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
+            let mut p = params(&self.conv, &self.geom, &self.shape, y_ptr.is_multiple_of(16));
+            (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
+            let grid = super::SplitGrid {
+                kernel: tile.name,
+                // At most 2^31 / 64 pixel tiles: `Conv2d::geometry` bounds the pixels below 2^31.
+                grid_x: self.shape.grid[0] as u32,
+                total_z: self.shape.grid[1],
+                block_threads: BLOCK_THREADS,
+                smem_bytes: tile.smem_bytes(),
+            };
+            // Safety: x and y hold exactly the shape's extents (checked above), which
+            // `Conv2d::geometry` and `layer_unsupported` bound to the kernel's index arithmetic,
+            // and the packed filters were built for this shape.
+            unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }?;
+        } // the buffers' cross-stream events are recorded here
+        gpu.check_deferred()
+    }
+}
+
+/// `y = conv(x, w)` on `stream` with the heuristic's variant of `precision`, packing the
+/// filters first (a plan, [`IgemmPlan`], packs them once). Buffers are NCHW / KCRS, f32,
+/// exactly the sizes of [`Conv2d::geometry`], and belong to `gpu`.
+pub fn forward(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    conv: &Conv2d,
+    precision: Precision,
+    x: &impl DevicePtr<f32>,
+    w: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<f32>,
+) -> Result<()> {
+    let geom = conv.geometry()?;
+    let shape = choose(conv, &geom, precision, gpu.sm_count())?;
+    forward_with(gpu, stream, conv, &shape.tile, x, w, y)
+}
+
+/// `y = conv(x, w)` on `stream` with an explicit variant (one of [`variants`]), packing the
+/// filters first.
+pub fn forward_with(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    conv: &Conv2d,
+    tile: &IgemmTile,
+    x: &impl DevicePtr<f32>,
+    w: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<f32>,
+) -> Result<()> {
+    IgemmPlan::new(gpu, stream, conv, tile, w)?.forward(gpu, stream, x, y)
+}

@@ -1,0 +1,652 @@
+//! Grouped convolution as an implicit GEMM on tensor cores (`mma.sync` m16n8k8: TF32 inputs,
+//! f32 accumulators), forward, f32 NCHW: the kernel ABI, its tile and fragment math and (on
+//! the GPU) the kernels. Launched by `host/conv/igemm.rs`.
+//!
+//! Per group the convolution is a GEMM: rows = the output pixels of all images, columns = the
+//! group's output channels, reduction = its input channels times filter taps. A block computes
+//! `BM` pixels (flat over `n * out_h * out_w`, so small maps still fill it) by `BN` columns.
+//! - **Several groups per block** (CUTLASS's multiple-group mode): `groups_per_block` adjacent
+//!   groups form one reduction over their channels whose weights are block-diagonal, the zeros
+//!   written by the copies. A group of 4 outputs thus still fills an 8-wide mma; the zeros
+//!   cost tensor-core time, which such narrow, memory-bound layers have to spare.
+//! - **Reduction order**: filter tap outer, channels inner in chunks of `BK`, so a chunk's
+//!   inputs share one tap: a thread finds its pixel's input position once per tap, and its
+//!   `BK` channels lie one plane apart.
+//! - **Pipeline**: [`STAGES`] chunks in flight through `cp.async` (4-byte copies: NCHW rows
+//!   need not be aligned), zero padding written by the copies' source size.
+//! - **Shared layouts** for conflict-free 8-byte fragment loads: the A tile (inputs) is
+//!   `[BK][a_stride]` with each 16-pixel m-tile's rows interleaved (row `i` at `2(i%8) + i/8`,
+//!   so a lane's rows g and g+8 are adjacent) and `a_stride ≡ 8 mod 32`; the B tile (weights) is
+//!   `[BN][b_stride]` with each 8-channel k-step interleaved (channel `k` at `2(k%4) + k/4`, so
+//!   a lane's k and k+4 are adjacent) and `b_stride ≡ 8 or 24 mod 32`.
+//! - **Warps**: the 4 warps split the pixels; each holds `m_tiles x n_tiles` m16n8 accumulators.
+//! - **Precision**: TF32 rounds each input to 10 mantissa bits (PyTorch's default for
+//!   convolutions); 3xTF32 splits each into a TF32 value and a TF32 residual and adds the three
+//!   larger cross products, chunk by chunk, each chunk's sum added to the total in f32 (the
+//!   tensor cores truncate as they accumulate): an error near f32's.
+//!
+//! Fragments (PTX ISA, m16n8k8 `.tf32`; lane = 4·g + t): A holds (g, t), (g+8, t), (g, t+4),
+//! (g+8, t+4); B holds (k t, n g), (k t+4, n g); the accumulator (g, 2t), (g, 2t+1), (g+8, 2t),
+//! (g+8, 2t+1). The host's tests run the copy and fragment math here against an f64 reference.
+//!
+//! Grid: x = pixel tile, z = (block group, column tile) packed from `z_base`, unpacked with
+//! magic division; a launch covers at most [`super::MAX_GRID_Z`] z-indices.
+
+use crate::MagicDiv;
+use bytemuck::{Pod, Zeroable};
+
+/// Threads per block: 4 warps.
+pub const BLOCK_THREADS: u32 = 128;
+pub const WARPS: u32 = BLOCK_THREADS / 32;
+/// Reduction chunks in shared memory at once: one computed, two in flight.
+pub const STAGES: u32 = 3;
+/// Flag: four adjacent pixels may be stored as one 16-byte vector (`out_h * out_w` a multiple
+/// of 4, so four pixels from a multiple of 4 on lie in one image, and `y` 16-byte aligned).
+pub const STORE_VECTORS: u32 = 1;
+
+/// Parameters of every implicit-GEMM forward kernel, passed by value. Addresses are device
+/// pointers; the host validates every extent to fit the kernel's index arithmetic (pixels of
+/// all images and filter offsets below 2^31; input and output offsets are 64-bit).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct IgemmFwdParams {
+    pub x: u64,
+    pub w: u64,
+    pub y: u64,
+    pub in_h: u32,
+    pub in_w: u32,
+    /// `in_h * in_w`.
+    pub in_plane: u32,
+    /// `out_h * out_w`.
+    pub out_plane: u32,
+    pub filter_r: u32,
+    pub filter_s: u32,
+    /// `filter_r * filter_s`.
+    pub taps: u32,
+    pub pad_h: i32,
+    pub pad_w: i32,
+    pub stride_h: u32,
+    pub stride_w: u32,
+    pub dil_h: u32,
+    pub dil_w: u32,
+    pub channels: u32,
+    pub out_channels: u32,
+    pub c_per_group: u32,
+    /// Channels of one block's groups: `groups_per_block * c_per_group`.
+    pub block_channels: u32,
+    /// Output channels of one block's groups: `groups_per_block * k_per_group`.
+    pub block_outputs: u32,
+    /// Chunks of `BK` channels per filter tap: `ceil(block_channels / BK)`.
+    pub channel_chunks: u32,
+    /// Output pixels of all images: `n * out_h * out_w`.
+    pub batch_pixels: u32,
+    /// Packed z-index of this launch's `blockIdx.z == 0`.
+    pub z_base: u32,
+    /// [`STORE_VECTORS`], where it applies.
+    pub flags: u32,
+    /// Divides a packed z-index by the column tiles per block group.
+    pub column_tiles: MagicDiv,
+    /// Divides a flat pixel by `out_h * out_w`.
+    pub out_plane_div: MagicDiv,
+    /// Divides a pixel of one image by `out_w`.
+    pub out_w_div: MagicDiv,
+    /// Divides a channel of a block's groups by `c_per_group`: (group in block, channel in group).
+    pub c_per_group_div: MagicDiv,
+    /// Divides an output of a block's groups by `k_per_group`.
+    pub k_per_group_div: MagicDiv,
+}
+
+/// The block's groups and column tile, unpacked from its packed z-index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockCoords {
+    /// Index of the block's first group over `groups_per_block`.
+    pub block_group: u32,
+    pub column_tile: u32,
+}
+
+/// What one thread copies from: its block's groups and column tile, and its pixel's first
+/// input plane of those groups and the input position of filter tap (0, 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PixelSource {
+    pub block: BlockCoords,
+    /// Element offset of channel `block_group * block_channels` of the pixel's image.
+    pub plane: u64,
+    pub ih0: i32,
+    pub iw0: i32,
+    /// Whether the pixel exists (the last pixel tile may run past the batch).
+    pub valid: bool,
+}
+
+/// One reduction chunk: filter tap (r, s) and chunk `cc` of `BK` channels; `index` counts
+/// the chunks before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    pub r: u32,
+    pub s: u32,
+    pub cc: u32,
+    pub index: u32,
+}
+
+impl Chunk {
+    pub const FIRST: Chunk = Chunk { r: 0, s: 0, cc: 0, index: 0 };
+
+    /// The chunk after this one: channels fastest, then filter columns, then rows.
+    #[inline(always)]
+    pub fn next(self, p: &IgemmFwdParams) -> Chunk {
+        let Chunk { mut r, mut s, mut cc, index } = self;
+        cc += 1;
+        if cc == p.channel_chunks {
+            cc = 0;
+            s += 1;
+            if s == p.filter_s {
+                s = 0;
+                r += 1;
+            }
+        }
+        Chunk { r, s, cc, index: index + 1 }
+    }
+}
+
+impl IgemmFwdParams {
+    /// Inverse of `block_group * column_tiles + column_tile`.
+    #[inline(always)]
+    pub fn block_coords(&self, z: u32) -> BlockCoords {
+        let (block_group, column_tile) = self.column_tiles.div_rem(z);
+        BlockCoords { block_group, column_tile }
+    }
+
+    /// Reduction chunks of a block: filter taps times channel chunks.
+    #[inline(always)]
+    pub fn chunks(&self) -> u32 {
+        self.taps * self.channel_chunks
+    }
+
+    /// Where flat pixel `flat` reads the inputs of `block`'s groups.
+    #[inline(always)]
+    pub fn pixel_source(&self, block: BlockCoords, flat: u32) -> PixelSource {
+        let (image, pixel) = self.out_plane_div.div_rem(flat);
+        let (oh, ow) = self.out_w_div.div_rem(pixel);
+        let first_plane = image as u64 * self.channels as u64 + (block.block_group * self.block_channels) as u64;
+        PixelSource {
+            block,
+            plane: first_plane * self.in_plane as u64,
+            ih0: (oh * self.stride_h) as i32 - self.pad_h,
+            iw0: (ow * self.stride_w) as i32 - self.pad_w,
+            valid: flat < self.batch_pixels,
+        }
+    }
+
+    /// The filter element of output `column` of `block`'s groups (column tile included) and
+    /// channel `c` of them at filter tap `tap`: its offset in KCRS order, or `None` for a zero
+    /// (a padding column or channel, or another group's channel).
+    #[inline(always)]
+    pub fn weight_source(&self, block: BlockCoords, tap: u32, column: u32, c: u32) -> Option<u32> {
+        let (n_group, _) = self.k_per_group_div.div_rem(column);
+        let (c_group, c_in_group) = self.c_per_group_div.div_rem(c);
+        let inside = (column < self.block_outputs) & (c < self.block_channels) & (n_group == c_group);
+        let output = block.block_group * self.block_outputs + column;
+        inside.then(|| (output * self.c_per_group + c_in_group) * self.taps + tap)
+    }
+
+    /// Element offset of output channel `k` (of all) at flat pixel `flat`.
+    #[inline(always)]
+    pub fn output_offset(&self, flat: u32, k: u32) -> u64 {
+        let (image, pixel) = self.out_plane_div.div_rem(flat);
+        (image as u64 * self.out_channels as u64 + k as u64) * self.out_plane as u64 + pixel as u64
+    }
+}
+
+/// Input rounding of a variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// Inputs rounded to TF32: one mma per product.
+    Tf32,
+    /// Inputs split into TF32 value and TF32 residual: three mma per product.
+    Tf32x3,
+}
+
+impl Precision {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Precision::Tf32 => "tf32",
+            Precision::Tf32x3 => "3xtf32",
+        }
+    }
+}
+
+/// Entry point that packs a layer's filters for one tile shape ([`IgemmPackParams`]).
+pub const PACK_KERNEL: &str = "igemm_pack_weights";
+
+/// Parameters of [`PACK_KERNEL`]: the filters (KCRS) rearranged into the panels the
+/// convolution copies, one per (block group, column tile, chunk) in that order, each `BN`
+/// rows of `BK` floats (a row's channels in the shared-memory order of [`IgemmTile::b_slot`]),
+/// zeros where the block-diagonal or the padding has them. One thread per packed element.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct IgemmPackParams {
+    pub w: u64,
+    pub packed: u64,
+    /// Packed elements in all (below 2^32: the host checks).
+    pub total: u64,
+    /// The convolution's parameters (the extents and divisors the panels follow).
+    pub conv: IgemmFwdParams,
+    /// Divides a packed element by `BN * BK`: (panel, element of the panel).
+    pub panel: MagicDiv,
+    /// Divides an element of a panel by `BK`: (row, position in the row).
+    pub row: MagicDiv,
+    /// Divides a panel by the chunks of a block.
+    pub chunks: MagicDiv,
+    /// Divides a chunk by the channel chunks per tap.
+    pub channel_chunks: MagicDiv,
+}
+
+impl IgemmPackParams {
+    /// The filter element packed element `e` holds: its offset in KCRS order, or `None` for
+    /// a zero.
+    #[inline(always)]
+    pub fn source(&self, e: u32) -> Option<u32> {
+        let (panel, within) = self.panel.div_rem(e);
+        let (n, position) = self.row.div_rem(within);
+        // Inverse of b_slot's interleave within each k-step: position 2(k % 4) + k / 4.
+        let j = position % 8;
+        let k = position - j + j / 2 + 4 * (j % 2);
+        let (rest, chunk) = self.chunks.div_rem(panel);
+        let (block_group, column_tile) = self.conv.column_tiles.div_rem(rest);
+        let (tap, cc) = self.channel_chunks.div_rem(chunk);
+        let (bk, bn) = (self.row.divisor, self.panel.divisor / self.row.divisor);
+        let block = BlockCoords { block_group, column_tile };
+        self.conv.weight_source(block, tap, column_tile * bn + n, cc * bk + k)
+    }
+}
+
+/// One variant: precision and tile (each is its own PTX entry point).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IgemmTile {
+    pub name: &'static str,
+    pub precision: Precision,
+    /// m16 tiles per warp: `BM = 64 * m_tiles`.
+    pub m_tiles: u32,
+    /// n8 tiles per warp (and block): `BN = 8 * n_tiles`.
+    pub n_tiles: u32,
+    /// k8 steps per chunk: `BK = 8 * k_steps`.
+    pub k_steps: u32,
+}
+
+impl IgemmTile {
+    /// Pixels per block.
+    pub const fn bm(&self) -> u32 {
+        16 * WARPS * self.m_tiles
+    }
+
+    /// Output channels per block.
+    pub const fn bn(&self) -> u32 {
+        8 * self.n_tiles
+    }
+
+    /// Channels per reduction chunk.
+    pub const fn bk(&self) -> u32 {
+        8 * self.k_steps
+    }
+
+    /// Floats per row of the A tile (one channel, `BM` pixels): ≡ 8 mod 32.
+    pub const fn a_stride(&self) -> u32 {
+        self.bm() + 8
+    }
+
+    /// Floats per row of the B tile (one output, `BK` channels): the least ≥ `BK` that is
+    /// ≡ 8 or 24 mod 32.
+    pub const fn b_stride(&self) -> u32 {
+        let mut s = self.bk();
+        while s % 32 != 8 && s % 32 != 24 {
+            s += 8;
+        }
+        s
+    }
+
+    pub const fn a_floats(&self) -> u32 {
+        self.bk() * self.a_stride()
+    }
+
+    pub const fn stage_floats(&self) -> u32 {
+        self.a_floats() + self.bn() * self.b_stride()
+    }
+
+    /// Floats per output channel of the epilogue's staging tile (`BM` pixels): ≡ 4 mod 32, so
+    /// that the accumulators of a warp (8 pixels by 8 channels) land in 32 banks.
+    pub const fn out_stride(&self) -> u32 {
+        self.bm() + 4
+    }
+
+    /// Slot of (pixel `m`, output `n`) in the epilogue's staging tile.
+    #[inline(always)]
+    pub const fn out_slot(&self, m: u32, n: u32) -> u32 {
+        n * self.out_stride() + m
+    }
+
+    /// The pipeline's stages, or the epilogue's staging tile where larger.
+    pub const fn smem_bytes(&self) -> u32 {
+        let stages = STAGES * self.stage_floats();
+        let staging = self.bn() * self.out_stride();
+        4 * if stages > staging { stages } else { staging }
+    }
+
+    /// Threads that copy one pixel's channels of a chunk.
+    pub const fn threads_per_pixel(&self) -> u32 {
+        BLOCK_THREADS / self.bm()
+    }
+
+    /// Slot of A-tile element (pixel `m` of the block, channel `k` of the chunk) in a stage.
+    #[inline(always)]
+    pub const fn a_slot(&self, m: u32, k: u32) -> u32 {
+        k * self.a_stride() + (m & !15) + 2 * (m & 7) + ((m >> 3) & 1)
+    }
+
+    /// Slot of B-tile element (output `n` of the block's column tile, channel `k` of the chunk).
+    #[inline(always)]
+    pub const fn b_slot(&self, n: u32, k: u32) -> u32 {
+        self.a_floats() + n * self.b_stride() + (k & !7) + 2 * (k & 3) + ((k >> 2) & 1)
+    }
+
+    /// The block's first pixel row of `warp`.
+    #[inline(always)]
+    pub const fn warp_row(&self, warp: u32) -> u32 {
+        warp * 16 * self.m_tiles
+    }
+
+    /// Slot of the pair (A(g, k), A(g+8, k)) of m-tile `i`, k-step `ks` for `lane`;
+    /// `upper` selects k = t + 4 over k = t.
+    #[inline(always)]
+    pub const fn a_pair(&self, lane: u32, warp: u32, i: u32, ks: u32, upper: bool) -> u32 {
+        let (g, t) = (lane / 4, lane % 4);
+        self.a_slot(self.warp_row(warp) + 16 * i + g, 8 * ks + t + 4 * upper as u32)
+    }
+
+    /// Slot of the pair (B(k t, n g), B(k t+4, n g)) of n-tile `j`, k-step `ks` for `lane`.
+    #[inline(always)]
+    pub const fn b_pair(&self, lane: u32, j: u32, ks: u32) -> u32 {
+        let (g, t) = (lane / 4, lane % 4);
+        self.b_slot(8 * j + g, 8 * ks + t)
+    }
+
+    /// (pixel of the block, output of the column tile) of accumulator `e` of tile (i, j).
+    #[inline(always)]
+    pub const fn acc_position(&self, lane: u32, warp: u32, i: u32, j: u32, e: u32) -> (u32, u32) {
+        let (g, t) = (lane / 4, lane % 4);
+        (self.warp_row(warp) + 16 * i + g + 8 * (e / 2), 8 * j + 2 * t + e % 2)
+    }
+
+    /// Blocks along the grid's x for `pixels` output pixels.
+    pub const fn grid_x(&self, pixels: u64) -> u64 {
+        pixels.div_ceil(self.bm() as u64)
+    }
+
+    /// Calls `copy_x(slot, offset, inside)` for each of `thread`'s input copies of `chunk`
+    /// (`offset` 0 where `inside` is false, which copies a zero) and `copy_w4(slot, offset)` for
+    /// its 16-byte copies of packed weights (slots within a stage). `src` is the thread's pixel
+    /// ([`Self::copy_pixel`]).
+    #[inline(always)]
+    pub fn copy_chunk(
+        &self,
+        p: &IgemmFwdParams,
+        src: &PixelSource,
+        thread: u32,
+        chunk: Chunk,
+        mut copy_x: impl FnMut(u32, u64, bool),
+        mut copy_w4: impl FnMut(u32, u64),
+    ) {
+        let m = thread % self.bm();
+        let ih = src.ih0 + (chunk.r * p.dil_h) as i32;
+        let iw = src.iw0 + (chunk.s * p.dil_w) as i32;
+        let at_tap = src.valid & ((ih as u32) < p.in_h) & ((iw as u32) < p.in_w);
+        let tap_offset = src.plane + if at_tap { (ih as u32 * p.in_w + iw as u32) as u64 } else { 0 };
+        let first_channel = chunk.cc * self.bk();
+        let mut k = thread / self.bm();
+        while k < self.bk() {
+            let c = first_channel + k;
+            let inside = at_tap & (c < p.block_channels);
+            let offset = if inside { tap_offset + c as u64 * p.in_plane as u64 } else { 0 };
+            copy_x(self.a_slot(m, k), offset, inside);
+            k += self.threads_per_pixel();
+        }
+        // Weights: the chunk's packed panel ([`IgemmPackParams`]), BN rows of BK floats
+        // already in shared-memory order, in 16-byte pieces.
+        let panel = self.panel_offset(p, src.block, chunk.index);
+        let row_pieces = self.bk() / 4;
+        let mut e = thread;
+        while e < self.bn() * row_pieces {
+            let (n, piece) = (e / row_pieces, e % row_pieces);
+            copy_w4(self.b_slot(n, 0) + 4 * piece, panel + (n * self.bk() + 4 * piece) as u64);
+            e += BLOCK_THREADS;
+        }
+    }
+
+    /// Element offset of chunk `index`'s panel of `block` in the packed weights.
+    #[inline(always)]
+    pub fn panel_offset(&self, p: &IgemmFwdParams, block: BlockCoords, index: u32) -> u64 {
+        let panel = (block.block_group * p.column_tiles.divisor + block.column_tile) as u64 * p.chunks() as u64;
+        (panel + index as u64) * (self.bn() * self.bk()) as u64
+    }
+
+    /// The source of `thread`'s pixel in pixel tile `tile`.
+    #[inline(always)]
+    pub fn copy_pixel(&self, p: &IgemmFwdParams, block: BlockCoords, tile: u32, thread: u32) -> PixelSource {
+        p.pixel_source(block, tile * self.bm() + thread % self.bm())
+    }
+}
+
+macro_rules! igemm_fwd_variants {
+    ($(($name:ident, $precision:ident, $mt:literal, $nt:literal, $ks:literal)),* $(,)?) => {
+        /// Every variant in the PTX, by entry-point name.
+        pub const IGEMM_FWD_VARIANTS: &[IgemmTile] = &[
+            $(IgemmTile { name: stringify!($name), precision: Precision::$precision, m_tiles: $mt, n_tiles: $nt, k_steps: $ks }),*
+        ];
+
+        #[cfg(target_arch = "nvptx64")]
+        mod entry {
+            $(
+                #[unsafe(no_mangle)]
+                pub unsafe extern "ptx-kernel" fn $name(p: super::IgemmFwdParams) {
+                    super::device::convolve::<$mt, $nt, $ks, { matches!(super::Precision::$precision, super::Precision::Tf32x3) }>(&p)
+                }
+            )*
+        }
+    };
+}
+
+igemm_fwd_variants!(
+    (igemm_tf32_m128_n8_k8, Tf32, 2, 1, 1),
+    (igemm_tf32_m128_n16_k8, Tf32, 2, 2, 1),
+    (igemm_tf32_m128_n24_k8, Tf32, 2, 3, 1),
+    (igemm_tf32_m128_n32_k16, Tf32, 2, 4, 2),
+    (igemm_tf32_m128_n56_k8, Tf32, 2, 7, 1),
+    (igemm_tf32_m128_n64_k16, Tf32, 2, 8, 2),
+    (igemm_tf32_m64_n32_k16, Tf32, 1, 4, 2),
+    (igemm_tf32_m64_n64_k16, Tf32, 1, 8, 2),
+    (igemm_3xtf32_m128_n8_k8, Tf32x3, 2, 1, 1),
+    (igemm_3xtf32_m128_n16_k8, Tf32x3, 2, 2, 1),
+    (igemm_3xtf32_m128_n24_k8, Tf32x3, 2, 3, 1),
+    (igemm_3xtf32_m128_n32_k16, Tf32x3, 2, 4, 2),
+    (igemm_3xtf32_m128_n56_k8, Tf32x3, 2, 7, 1),
+    (igemm_3xtf32_m128_n64_k16, Tf32x3, 2, 8, 2),
+    (igemm_3xtf32_m64_n32_k16, Tf32x3, 1, 4, 2),
+    (igemm_3xtf32_m64_n64_k16, Tf32x3, 1, 8, 2),
+);
+
+#[cfg(target_arch = "nvptx64")]
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn igemm_pack_weights(p: IgemmPackParams) {
+    use crate::prelude::{grid_stride, ldg_nc_f32, stg_f32, to_global};
+    let (w, packed) = (to_global(p.w), to_global(p.packed));
+    let (mut e, step) = grid_stride();
+    while e < p.total {
+        let v = match p.source(e as u32) {
+            Some(offset) => ldg_nc_f32(w + 4 * offset as u64),
+            None => 0.0,
+        };
+        stg_f32(packed + 4 * e, v);
+        e += step;
+    }
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod device {
+    use super::{BLOCK_THREADS, BlockCoords, Chunk, IgemmFwdParams, IgemmTile, Precision, STAGES, STORE_VECTORS};
+    use crate::prelude::*;
+
+    /// Fragment values as the tensor cores read them: TF32 (`SPLIT` false) or the TF32 value
+    /// and the TF32 residual (`SPLIT` true; the residual of a TF32 value is exact in f32).
+    #[inline(always)]
+    fn split<const SPLIT: bool>(v: f32) -> (u32, u32) {
+        let big = cvt_tf32(v);
+        if SPLIT { (big, cvt_tf32(v - f32::from_bits(big))) } else { (big, 0) }
+    }
+
+    // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    pub unsafe fn convolve<const MT: usize, const NT: usize, const KS: usize, const SPLIT: bool>(p: &IgemmFwdParams) {
+        let t = IgemmTile {
+            name: "",
+            precision: if SPLIT { Precision::Tf32x3 } else { Precision::Tf32 },
+            m_tiles: MT as u32,
+            n_tiles: NT as u32,
+            k_steps: KS as u32,
+        };
+        let thread = thread_idx_x();
+        let (lane, warp) = (thread % 32, thread / 32);
+        let block: BlockCoords = p.block_coords(p.z_base + block_idx_z());
+        let tile = block_idx_x();
+        let src = t.copy_pixel(p, block, tile, thread);
+        let (smem, x, w, y) = (smem_base(), to_global(p.x), to_global(p.w), to_global(p.y));
+        let stage_bytes = 4 * t.stage_floats();
+        let chunks = p.chunks();
+
+        let copy = #[inline(always)]
+        |stage: u32, chunk: Chunk| {
+            let base = smem + stage * stage_bytes;
+            t.copy_chunk(
+                p,
+                &src,
+                thread,
+                chunk,
+                #[inline(always)]
+                |slot, offset, inside| cp_async_f32(base + 4 * slot, x + 4 * offset, if inside { 4 } else { 0 }),
+                #[inline(always)]
+                |slot, offset| cp_async_f32x4(base + 4 * slot, w + 4 * offset, 16),
+            );
+        };
+
+        // Stages 0 .. STAGES - 1 in flight; one commit per stage, empty or not, keeps the
+        // group count (and so the wait below) uniform.
+        let mut next = Chunk::FIRST;
+        for stage in 0..STAGES - 1 {
+            if stage < chunks {
+                copy(stage, next);
+                next = next.next(p);
+            }
+            cp_async_commit();
+        }
+
+        let mut acc = [[[0.0f32; 4]; NT]; MT];
+        let (mut computed, mut filled) = (0u32, STAGES - 1);
+        let mut q = 0;
+        while q < chunks {
+            // Chunk q has landed (for every thread after the barrier), and every warp is done
+            // with the stage that chunk q + STAGES - 1 refills.
+            cp_async_wait_group::<{ STAGES - 2 }>();
+            sync_threads();
+            if q + STAGES - 1 < chunks {
+                copy(filled, next);
+                next = next.next(p);
+            }
+            cp_async_commit();
+            filled = if filled + 1 == STAGES { 0 } else { filled + 1 };
+
+            let stage = smem + computed * stage_bytes;
+            // 3xTF32 sums each chunk apart and adds it to the total in f32: the tensor cores
+            // truncate as they accumulate, which over a long reduction costs more than the
+            // split gains (a 45x45 filter's outputs erred by 1e-4 of their magnitude).
+            let mut part = [[[0.0f32; 4]; NT]; MT];
+            for ks in 0..KS as u32 {
+                let mut a = [[0u32; 4]; MT];
+                let mut a_small = [[0u32; 4]; MT];
+                for i in 0..MT {
+                    let [a0, a1] = ld_shared_f32x2(stage + 4 * t.a_pair(lane, warp, i as u32, ks, false));
+                    let [a2, a3] = ld_shared_f32x2(stage + 4 * t.a_pair(lane, warp, i as u32, ks, true));
+                    (a[i][0], a_small[i][0]) = split::<SPLIT>(a0);
+                    (a[i][1], a_small[i][1]) = split::<SPLIT>(a1);
+                    (a[i][2], a_small[i][2]) = split::<SPLIT>(a2);
+                    (a[i][3], a_small[i][3]) = split::<SPLIT>(a3);
+                }
+                let mut b = [[0u32; 2]; NT];
+                let mut b_small = [[0u32; 2]; NT];
+                for j in 0..NT {
+                    let [b0, b1] = ld_shared_f32x2(stage + 4 * t.b_pair(lane, j as u32, ks));
+                    (b[j][0], b_small[j][0]) = split::<SPLIT>(b0);
+                    (b[j][1], b_small[j][1]) = split::<SPLIT>(b1);
+                }
+                for i in 0..MT {
+                    for j in 0..NT {
+                        if SPLIT {
+                            // The small cross terms first, while the sum is still small.
+                            part[i][j] = mma_tf32_m16n8k8(a_small[i], b[j], part[i][j]);
+                            part[i][j] = mma_tf32_m16n8k8(a[i], b_small[j], part[i][j]);
+                            part[i][j] = mma_tf32_m16n8k8(a[i], b[j], part[i][j]);
+                        } else {
+                            acc[i][j] = mma_tf32_m16n8k8(a[i], b[j], acc[i][j]);
+                        }
+                    }
+                }
+            }
+            if SPLIT {
+                for i in 0..MT {
+                    for j in 0..NT {
+                        for e in 0..4 {
+                            acc[i][j][e] += part[i][j][e];
+                        }
+                    }
+                }
+            }
+            computed = if computed + 1 == STAGES { 0 } else { computed + 1 };
+            q += 1;
+        }
+
+        // Epilogue: the accumulators through shared memory (the stages are free once every
+        // warp is past its last chunk), so that a warp stores whole rows of one output
+        // channel, in 16-byte pieces where the output planes allow.
+        cp_async_wait_all();
+        sync_threads();
+        for i in 0..MT {
+            for j in 0..NT {
+                for e in 0..4 {
+                    let (m, n) = t.acc_position(lane, warp, i as u32, j as u32, e as u32);
+                    st_shared_f32(smem + 4 * t.out_slot(m, n), acc[i][j][e]);
+                }
+            }
+        }
+        sync_threads();
+        let vectors = p.flags & STORE_VECTORS != 0;
+        let mut e = thread;
+        while e < t.bn() * t.bm() / 4 {
+            let (n, quad) = (e / (t.bm() / 4), e % (t.bm() / 4));
+            let column = block.column_tile * t.bn() + n;
+            let flat = tile * t.bm() + 4 * quad;
+            if column < p.block_outputs && flat < p.batch_pixels {
+                let k = block.block_group * p.block_outputs + column;
+                let v = ld_shared_f32x4(smem + 4 * t.out_slot(4 * quad, n));
+                if vectors && flat + 4 <= p.batch_pixels {
+                    stg_f32x4(y + 4 * p.output_offset(flat, k), v);
+                } else {
+                    // Whole pixels at a time (a select by index would put `v` in local memory).
+                    let mut d = 0;
+                    while d < 4 && flat + d < p.batch_pixels {
+                        let value = ld_shared_f32(smem + 4 * t.out_slot(4 * quad + d, n));
+                        stg_f32(y + 4 * p.output_offset(flat + d, k), value);
+                        d += 1;
+                    }
+                }
+            }
+            e += BLOCK_THREADS;
+        }
+    }
+}

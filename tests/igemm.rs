@@ -1,0 +1,304 @@
+//! The tensor-core kernel's math without a GPU (`kernels_gpu::conv::igemm`): its copies, its
+//! fragment slots and its output positions, the functions the GPU runs, composed on the CPU
+//! with an m16n8k8 multiply written from the PTX ISA's fragment layout, over the launcher's
+//! whole grid, against the f64 reference. Shared memory is tracked (a slot read before it was
+//! written, or written by two threads in one chunk, fails), as are outputs written twice or
+//! never. The shared layouts' bank-conflict claims are checked too.
+
+mod common;
+
+use common::{SharedMemory, mark_written};
+use convkit::{
+    Conv2d,
+    conv::igemm,
+    harness::reference::{compare_host, cpu_reference, host_uniform},
+};
+use kernels_gpu::{
+    conv::igemm::{BLOCK_THREADS, Chunk, IGEMM_FWD_VARIANTS, IgemmTile, STORE_VECTORS, WARPS},
+    verify::Tolerance,
+};
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+
+/// Lane `4g + t`'s elements of the PTX ISA's m16n8k8 fragments: A (row, k), B (k, column),
+/// accumulator (row, column).
+fn a_element(lane: u32, e: u32) -> (u32, u32) {
+    let (g, t) = (lane / 4, lane % 4);
+    [(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)][e as usize]
+}
+
+fn b_element(lane: u32, e: u32) -> (u32, u32) {
+    let (g, t) = (lane / 4, lane % 4);
+    [(t, g), (t + 4, g)][e as usize]
+}
+
+fn c_element(lane: u32, e: u32) -> (u32, u32) {
+    let (g, t) = (lane / 4, lane % 4);
+    [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)][e as usize]
+}
+
+/// `d = a · b + c` over one warp's fragments (exact products, f64 sums: the CPU model checks
+/// positions, not rounding).
+fn mma(a: &[[f32; 4]; 32], b: &[[f32; 2]; 32], c: &mut [[f64; 4]; 32]) {
+    let mut am = [[0.0f64; 8]; 16];
+    let mut bm = [[0.0f64; 8]; 8];
+    for lane in 0..32 {
+        for e in 0..4 {
+            let (r, k) = a_element(lane, e);
+            am[r as usize][k as usize] = a[lane as usize][e as usize] as f64;
+        }
+        for e in 0..2 {
+            let (k, n) = b_element(lane, e);
+            bm[k as usize][n as usize] = b[lane as usize][e as usize] as f64;
+        }
+    }
+    for lane in 0..32 {
+        for e in 0..4 {
+            let (r, n) = c_element(lane, e);
+            c[lane as usize][e as usize] += (0..8).map(|k| am[r as usize][k] * bm[k][n as usize]).sum::<f64>();
+        }
+    }
+}
+
+/// Runs `tile` over the launcher's whole grid on the CPU and checks it against f64.
+fn run_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {
+    let geom = conv.geometry().unwrap();
+    let x = host_uniform(conv.n as u64 * 7 + conv.c as u64, geom.x_len);
+    let w = host_uniform(conv.r as u64 * 13 + conv.k as u64, geom.w_len);
+    let mut y = vec![f32::NAN; geom.y_len];
+    let mut written = vec![false; geom.y_len];
+    let shape = igemm::shape(conv, &geom, tile);
+    let p = igemm::params(conv, &geom, &shape, y_aligned);
+    let pack = igemm::pack_params(conv, &geom, &shape);
+    let packed: Vec<f32> = (0..pack.total as u32).map(|e| pack.source(e).map_or(0.0, |o| w[o as usize])).collect();
+    let (mt, nt) = (tile.m_tiles, tile.n_tiles);
+    for z in 0..shape.grid[1] as u32 {
+        let block = p.block_coords(z);
+        for pixel_tile in 0..shape.grid[0] as u32 {
+            let mut acc = vec![[[0.0f64; 4]; 32]; (WARPS * mt * nt) as usize];
+            let sources: Vec<_> = (0..BLOCK_THREADS).map(|t| tile.copy_pixel(&p, block, pixel_tile, t)).collect();
+            let mut chunk = Chunk::FIRST;
+            for _ in 0..p.chunks() {
+                // One stage: every thread's copies, then every warp's fragments.
+                let mut smem = SharedMemory::<f32>::new(tile.stage_floats() as usize);
+                for thread in 0..BLOCK_THREADS {
+                    let (mut from_x, mut from_w) = (Vec::new(), Vec::new());
+                    tile.copy_chunk(
+                        &p,
+                        &sources[thread as usize],
+                        thread,
+                        chunk,
+                        |slot, offset, inside| {
+                            from_x.push((slot, if inside { x[offset as usize] } else { 0.0 }, inside, offset))
+                        },
+                        |slot, offset| {
+                            assert!(
+                                slot.is_multiple_of(4) && offset.is_multiple_of(4),
+                                "16-byte copy {offset} -> {slot}"
+                            );
+                            for i in 0..4 {
+                                from_w.push((slot + i, packed[offset as usize + i as usize], true, 0));
+                            }
+                        },
+                    );
+                    smem.item = thread;
+                    for (slot, v, inside, offset) in from_x.into_iter().chain(from_w) {
+                        assert!(inside || offset == 0, "a zero copy reads element {offset}, not 0");
+                        smem.store(slot, v);
+                    }
+                }
+                smem.barrier();
+                for warp in 0..WARPS {
+                    for ks in 0..tile.k_steps {
+                        for i in 0..mt {
+                            for j in 0..nt {
+                                let (mut a, mut b) = ([[0.0f32; 4]; 32], [[0.0f32; 2]; 32]);
+                                for lane in 0..32 {
+                                    smem.item = warp * 32 + lane;
+                                    let pair = |smem: &mut SharedMemory<f32>, slot: u32| {
+                                        assert!(slot.is_multiple_of(2), "8-byte load at slot {slot}");
+                                        [smem.load(slot), smem.load(slot + 1)]
+                                    };
+                                    let [a0, a1] = pair(&mut smem, tile.a_pair(lane, warp, i, ks, false));
+                                    let [a2, a3] = pair(&mut smem, tile.a_pair(lane, warp, i, ks, true));
+                                    a[lane as usize] = [a0, a1, a2, a3];
+                                    b[lane as usize] = pair(&mut smem, tile.b_pair(lane, j, ks));
+                                }
+                                mma(&a, &b, &mut acc[((warp * mt + i) * nt + j) as usize]);
+                            }
+                        }
+                    }
+                }
+                chunk = chunk.next(&p);
+            }
+            assert_eq!(
+                (chunk.r, chunk.s, chunk.cc, chunk.index),
+                (p.filter_r, 0, 0, p.chunks()),
+                "the chunks walk every tap and channel chunk once"
+            );
+
+            // Epilogue: accumulators to the staging tile, then whole 4-pixel runs out.
+            let mut staging = SharedMemory::<f32>::new((tile.smem_bytes() / 4) as usize);
+            for warp in 0..WARPS {
+                for lane in 0..32 {
+                    staging.item = warp * 32 + lane;
+                    for i in 0..mt {
+                        for j in 0..nt {
+                            for e in 0..4 {
+                                let (m, n) = tile.acc_position(lane, warp, i, j, e);
+                                let v = acc[((warp * mt + i) * nt + j) as usize][lane as usize][e as usize];
+                                staging.store(tile.out_slot(m, n), v as f32);
+                            }
+                        }
+                    }
+                }
+            }
+            staging.barrier();
+            for n in 0..tile.bn() {
+                let column = block.column_tile * tile.bn() + n;
+                for pixel in 0..tile.bm() {
+                    let flat = pixel_tile * tile.bm() + pixel;
+                    if column < p.block_outputs && flat < p.batch_pixels {
+                        let k = block.block_group * p.block_outputs + column;
+                        let offset = p.output_offset(flat, k);
+                        mark_written(&mut written, offset);
+                        y[offset as usize] = staging.load(tile.out_slot(pixel, n));
+                        if p.flags & STORE_VECTORS != 0 && pixel % 4 == 0 && flat + 4 <= p.batch_pixels {
+                            assert!(offset.is_multiple_of(4), "16-byte store at element {offset}");
+                            assert_eq!(p.output_offset(flat + 3, k), offset + 3, "a 16-byte run crosses planes");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(written.iter().all(|&w| w), "{conv} on {}: outputs never written", tile.name);
+    let truth = cpu_reference(conv, &x, &w).unwrap();
+    let stats = compare_host(&y, &truth, Tolerance::f32_sum(geom.taps(conv) as u64));
+    assert!(
+        stats.passed(),
+        "{conv} on {}: {} outputs beyond the bound (worst {:.3} of it, first at {})",
+        tile.name,
+        stats.violations,
+        stats.worst_ratio(),
+        stats.first_violation
+    );
+}
+
+#[test]
+fn every_variant_computes_grouped_convolutions_on_the_cpu() {
+    let mut rng = SmallRng::seed_from_u64(5);
+    let specs = [
+        // 4-wide groups, several per block; padding; a ragged last pixel tile.
+        "n=2,c=16,h=9,w=7,k=16,r=3,s=3,pad=1,groups=4",
+        // Odd widths: ragged channel chunks and column tiles, stride 2, dilation, rectangular.
+        "n=1,c=30,h=11,w=10,k=27,r=3,s=2,pad=2x1,stride=2,dilation=2x1,groups=3",
+        // Dense, more outputs than the widest column tile; 1x1 grouped with odd planes.
+        "n=1,c=9,h=6,w=6,k=70,r=2,s=3,pad=0x1,groups=1",
+        "n=3,c=24,h=5,w=5,k=36,r=1,s=1,groups=4",
+    ];
+    for tile in IGEMM_FWD_VARIANTS {
+        for spec in specs {
+            let conv: Conv2d = spec.parse().unwrap();
+            run_on_cpu(&conv, tile, rng.random_bool(0.5));
+        }
+    }
+}
+
+#[test]
+fn packing_places_every_filter_element_once() {
+    for spec in ["n=1,c=128,h=8,w=8,k=128,r=3,s=3,pad=1,groups=32", "n=1,c=30,h=9,w=9,k=27,r=3,s=2,groups=3"] {
+        let conv: Conv2d = spec.parse().unwrap();
+        let geom = conv.geometry().unwrap();
+        for tile in IGEMM_FWD_VARIANTS {
+            let shape = igemm::shape(&conv, &geom, tile);
+            let pack = igemm::pack_params(&conv, &geom, &shape);
+            let mut seen = vec![0u32; geom.w_len];
+            for e in 0..pack.total as u32 {
+                if let Some(offset) = pack.source(e) {
+                    seen[offset as usize] += 1;
+                }
+            }
+            assert!(
+                seen.iter().all(|&n| n == 1),
+                "{spec} on {}: an element packed {:?} times",
+                tile.name,
+                seen.iter().find(|&&n| n != 1)
+            );
+        }
+    }
+}
+
+#[test]
+fn groups_per_block_fill_the_columns() {
+    let conv: Conv2d = "n=1,c=128,h=8,w=8,k=128,r=3,s=3,pad=1,groups=32".parse().unwrap();
+    let geom = conv.geometry().unwrap();
+    let by_name = |name: &str| IGEMM_FWD_VARIANTS.iter().find(|t| t.name == name).unwrap();
+    // 4 outputs per group: 2 groups fill 8 columns, 16 fill 64.
+    let narrow = igemm::shape(&conv, &geom, by_name("igemm_tf32_m128_n8_k8"));
+    assert_eq!((narrow.groups_per_block, narrow.column_tiles, narrow.channel_chunks), (2, 1, 1));
+    let wide = igemm::shape(&conv, &geom, by_name("igemm_tf32_m128_n64_k16"));
+    assert_eq!((wide.groups_per_block, wide.column_tiles, wide.channel_chunks), (16, 1, 4));
+    // 37 groups (prime) of 24: one group per block in 24 columns, no zeros.
+    let regnet: Conv2d = "n=1,c=888,h=7,w=7,k=888,r=3,s=3,pad=1,groups=37".parse().unwrap();
+    let fit = igemm::shape(&regnet, &regnet.geometry().unwrap(), by_name("igemm_tf32_m128_n24_k8"));
+    assert_eq!((fit.groups_per_block, fit.column_tiles, fit.channel_chunks, fit.grid[1]), (1, 1, 3, 37));
+}
+
+/// The banks (4-byte words mod 32) that the lanes of each 8-byte load phase (16 lanes) or
+/// 4-byte store (32 lanes) touch are all different: no bank conflicts.
+#[test]
+fn fragment_loads_and_staging_stores_are_free_of_bank_conflicts() {
+    let distinct = |words: Vec<u32>| {
+        let mut banks: Vec<u32> = words.iter().map(|w| w % 32).collect();
+        banks.sort_unstable();
+        banks.dedup();
+        banks.len() == words.len()
+    };
+    for tile in IGEMM_FWD_VARIANTS {
+        for warp in 0..WARPS {
+            for ks in 0..tile.k_steps {
+                for half in [0u32, 16] {
+                    for i in 0..tile.m_tiles {
+                        for upper in [false, true] {
+                            let words = (half..half + 16).flat_map(|l| {
+                                let s = tile.a_pair(l, warp, i, ks, upper);
+                                [s, s + 1]
+                            });
+                            assert!(distinct(words.collect()), "{}: A loads conflict", tile.name);
+                        }
+                    }
+                    for j in 0..tile.n_tiles {
+                        let words = (half..half + 16).flat_map(|l| {
+                            let s = tile.b_pair(l, j, ks);
+                            [s, s + 1]
+                        });
+                        assert!(distinct(words.collect()), "{}: B loads conflict", tile.name);
+                    }
+                }
+            }
+            for i in 0..tile.m_tiles {
+                for j in 0..tile.n_tiles {
+                    for e in 0..4 {
+                        let words = (0..32).map(|l| {
+                            let (m, n) = tile.acc_position(l, warp, i, j, e);
+                            tile.out_slot(m, n)
+                        });
+                        assert!(distinct(words.collect()), "{}: staging stores conflict", tile.name);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_heuristic_prefers_the_tile_with_the_least_padding() {
+    let pick = |spec: &str, precision| {
+        let conv: Conv2d = spec.parse().unwrap();
+        igemm::choose(&conv, &conv.geometry().unwrap(), precision, 132).unwrap().tile.name
+    };
+    use kernels_gpu::conv::igemm::Precision::{Tf32, Tf32x3};
+    // RegNetY-8GF's 56-wide groups and RegNetY-1.6GF's 24-wide ones fit their tiles exactly.
+    assert_eq!(pick("n=32,c=448,h=28,w=28,k=448,r=3,s=3,pad=1,groups=8", Tf32), "igemm_tf32_m128_n56_k8");
+    assert_eq!(pick("n=32,c=120,h=28,w=28,k=120,r=3,s=3,pad=1,groups=5", Tf32x3), "igemm_3xtf32_m128_n24_k8");
+}
