@@ -10,7 +10,7 @@ use convkit::{
             MathClass,
             legacy::{ALGOS, Algo, Math},
         },
-        direct, fft, fft_gemm,
+        depthwise, direct, fft, fft_gemm, igemm,
     },
     harness::{bench::compare_baseline, suites},
     plan::{
@@ -20,6 +20,7 @@ use convkit::{
         heuristic,
     },
 };
+use kernels_gpu::conv::igemm::Precision;
 use std::{ffi::OsString, path::PathBuf};
 
 #[test]
@@ -28,6 +29,8 @@ fn every_algorithm_reads_back_from_its_text() {
     all.extend(direct::variants().iter().map(|t| Algorithm::Direct(t.name)));
     all.extend(fft::variants().iter().map(|t| Algorithm::Fft(t.name)));
     all.extend(fft_gemm::sizes().iter().map(|s| Algorithm::FftGemm(s.name)));
+    all.extend(depthwise::variants().iter().map(|t| Algorithm::Depthwise(t.name)));
+    all.extend(igemm::variants().iter().map(|t| Algorithm::Igemm(t.name)));
     all.push(Algorithm::CudnnEngine("eng67_k2=2_k13=0_k18=0_k25=1_k27=1_k28=1".into()));
     all.push(Algorithm::CudnnHeuristic(MathClass::Exact));
     all.push(Algorithm::CudnnHeuristic(MathClass::Fast));
@@ -250,13 +253,28 @@ fn the_heuristic_follows_the_measured_rules() {
         }
         assert!(matches!(choose("default", "rnx50-c128-56", math, gib), Algorithm::Direct(_)), "{math:?}");
     }
-    // 16 and 32 channels per group: cuDNN's TF32 kernels in the fast class, ours in the exact.
-    for label in ["rnx50-c512-14", "rnx50-c1024-7"] {
-        assert_eq!(choose("default", label, MathClass::Fast, gib), Algorithm::CudnnHeuristic(MathClass::Fast));
-        assert!(matches!(choose("default", label, MathClass::Exact, gib), Algorithm::Direct(_)), "{label}");
+    // 16 and more channels per group (below 64): the tensor-core kernel, TF32 in the fast
+    // class, 3xTF32 in the exact one; 8 per group: the direct kernel, except strided layers
+    // in the fast class; RegNetY-8GF's 56-wide groups on 28-wide maps: cuDNN's Winograd when
+    // exact.
+    let precision = |a: Algorithm| match a {
+        Algorithm::Igemm(name) => igemm::variants().iter().find(|t| t.name == name).map(|t| t.precision),
+        _ => None,
+    };
+    for (suite, label) in
+        [("default", "rnx50-c512-14"), ("default", "rnx50-c1024-7"), ("grouped", "shuf-g8-c384-28-out")]
+    {
+        assert_eq!(precision(choose(suite, label, MathClass::Fast, gib)), Some(Precision::Tf32), "{label}");
+        assert_eq!(precision(choose(suite, label, MathClass::Exact, gib)), Some(Precision::Tf32x3), "{label}");
     }
-    // Dense 3x3: cuDNN in both classes, its non-fused Winograd in the exact one.
+    assert!(matches!(choose("default", "rnx50-c256-28", MathClass::Fast, gib), Algorithm::Direct(_)));
+    assert_eq!(precision(choose("grouped", "rnx50-c256-56-s2", MathClass::Fast, gib)), Some(Precision::Tf32));
+    assert!(matches!(choose("grouped", "rnx50-c256-56-s2", MathClass::Exact, gib), Algorithm::Direct(_)));
     let winograd = Algorithm::CudnnLegacy(Algo::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, Math::Fma);
+    assert_eq!(choose("grouped", "regy8-c448-28-x3", MathClass::Exact, gib), winograd);
+    assert_eq!(precision(choose("grouped", "regy8-c448-28-x3", MathClass::Fast, gib)), Some(Precision::Tf32));
+    assert_eq!(precision(choose("grouped", "regy8-c896-14-x9", MathClass::Exact, gib)), Some(Precision::Tf32x3));
+    // Dense 3x3: cuDNN in both classes, its non-fused Winograd in the exact one.
     assert_eq!(choose("default", "dense3x3-c256-56", MathClass::Exact, gib), winograd);
     assert_eq!(choose("default", "dense3x3-c256-56", MathClass::Fast, gib), Algorithm::CudnnHeuristic(MathClass::Fast));
     // Without workspace the tiled FFT does not fit a dense layer; depthwise needs none.

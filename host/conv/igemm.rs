@@ -6,6 +6,7 @@
 //! share its block into NaN (their block-diagonal zeros multiply it), and 3xTF32 turns an
 //! infinity into NaN (its residual is ∞ - ∞). Finite inputs give finite, bounded outputs.
 
+use super::cudnn::MathClass;
 use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels_gpu::{
@@ -45,6 +46,15 @@ pub fn tolerance(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> Tolera
         Precision::Tf32x3 => 3.0 * 2f64.powi(-22),
     };
     Tolerance { tol: extra + sum.tol, floor: sum.floor }
+}
+
+/// The math class of a precision: TF32 the fast one; 3xTF32 the exact one (its bound,
+/// [`tolerance`], is under twice the f32 summation's).
+pub fn class(precision: Precision) -> MathClass {
+    match precision {
+        Precision::Tf32 => MathClass::Fast,
+        Precision::Tf32x3 => MathClass::Exact,
+    }
 }
 
 /// Why no variant can compute `conv`, if none can (any `conv`, valid or not: no panic).
@@ -99,32 +109,48 @@ pub fn shape(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> IgemmShape
     IgemmShape { tile: *tile, groups_per_block, column_tiles, channel_chunks, grid }
 }
 
-/// How much a copied weight counts against a copied input in [`choose`]'s cost: with the
-/// filters packed, the H200's variant times on 7 grouped layers ranked as inputs copied plus
-/// 3 times the weights copied (the best variant on all 7; weights copied grow with the column
-/// tile and the block-diagonal zeros, as do the mma and their fragment loads; see
-/// benches/NOTES.md, the tensor-core section).
-const WEIGHT_COPY_COST: f64 = 3.0;
+/// How much a copied weight counts against a copied input in [`ranked`]'s cost: with the
+/// filters packed, the model picked the fastest variant (within 5%) on 83 of the `grouped`
+/// suite's 90 layer-precision pairs on the H200 with this weight (77 with 3, none better from
+/// 1 to 6 or with an mma or per-chunk term; weights copied grow with the column tile and the
+/// block-diagonal zeros, as do the mma and their fragment loads). See benches/NOTES.md.
+const WEIGHT_COPY_COST: f64 = 4.0;
+/// Blocks per multiprocessor below which a grid counts as proportionally slower in [`ranked`]
+/// (fitted with [`WEIGHT_COPY_COST`]: 2 picked better than 1, 3 or 4).
+const FULL_GRID_BLOCKS_PER_SM: u32 = 2;
 
-/// The heuristic's variant of `precision`: the one that copies the least (weights weighted by
-/// [`WEIGHT_COPY_COST`]), a grid of fewer than 4 blocks per multiprocessor counting as
-/// proportionally slower (idle multiprocessors).
+/// The variants of `precision` for `conv`, cheapest first by the cost model: elements copied
+/// (weights weighted by [`WEIGHT_COPY_COST`]), a grid of fewer than
+/// [`FULL_GRID_BLOCKS_PER_SM`] blocks per multiprocessor counting as proportionally slower
+/// (idle multiprocessors). None where [`layer_unsupported`].
+pub fn ranked(
+    conv: &Conv2d,
+    geom: &ConvGeometry,
+    precision: Precision,
+    sm_count: u32,
+) -> impl Iterator<Item = IgemmTile> {
+    let taps = (conv.r * conv.s) as u64;
+    let cost = |s: &IgemmShape| {
+        let fill = ((s.grid[0] * s.grid[1]) as f64 / (FULL_GRID_BLOCKS_PER_SM * sm_count) as f64).min(1.0);
+        let (inputs, weights) = s.copies(taps);
+        (inputs + WEIGHT_COPY_COST * weights) / fill
+    };
+    let mut shapes: Vec<IgemmShape> = if layer_unsupported(conv).is_some() {
+        Vec::new()
+    } else {
+        IGEMM_FWD_VARIANTS.iter().filter(|t| t.precision == precision).map(|t| shape(conv, geom, t)).collect()
+    };
+    shapes.sort_by(|a, b| cost(a).total_cmp(&cost(b)));
+    shapes.into_iter().map(|s| s.tile)
+}
+
+/// The heuristic's variant of `precision`: the cheapest by [`ranked`]'s cost model.
 pub fn choose(conv: &Conv2d, geom: &ConvGeometry, precision: Precision, sm_count: u32) -> Result<IgemmShape> {
     if let Some(reason) = layer_unsupported(conv) {
         return Err(Error::Unsupported { algorithm: "implicit GEMM", reason: reason.to_owned() });
     }
-    let taps = (conv.r * conv.s) as u64;
-    let cost = |s: &IgemmShape| {
-        let fill = ((s.grid[0] * s.grid[1]) as f64 / (4 * sm_count) as f64).min(1.0);
-        let (inputs, weights) = s.copies(taps);
-        (inputs + WEIGHT_COPY_COST * weights) / fill
-    };
-    let best = IGEMM_FWD_VARIANTS
-        .iter()
-        .filter(|t| t.precision == precision)
-        .map(|t| shape(conv, geom, t))
-        .min_by(|a, b| cost(a).total_cmp(&cost(b)));
-    Ok(best.expect("every precision comes in several tiles"))
+    let tile = ranked(conv, geom, precision, sm_count).next().expect("every precision comes in several tiles");
+    Ok(shape(conv, geom, &tile))
 }
 
 /// The kernel parameters of `shape` for `conv`; the addresses are filled in at launch.
@@ -221,18 +247,25 @@ impl IgemmPlan {
                 reason: "packed filters of more than 2^32 elements",
             });
         }
-        if w.len() != geom.w_len {
-            return Err(Error::BufferSize { buffer: "w", expected: geom.w_len, got: w.len() });
+        let packed = gpu.alloc::<f32>(len as usize)?;
+        let mut plan = IgemmPlan { conv: conv.clone(), geom, shape, packed };
+        plan.set_weights(gpu, stream, w)?;
+        Ok(plan)
+    }
+
+    /// Packs new filters `w` (the layer's weights changed).
+    pub fn set_weights(&mut self, gpu: &Gpu, stream: &CudaStream, w: &impl DevicePtr<f32>) -> Result<()> {
+        if w.len() != self.geom.w_len {
+            return Err(Error::BufferSize { buffer: "w", expected: self.geom.w_len, got: w.len() });
         }
         gpu.check_buffer("w", w)?;
-        let mut packed = gpu.alloc::<f32>(len as usize)?;
-        let mut p = pack_params(conv, &geom, &shape);
+        let mut p = pack_params(&self.conv, &self.geom, &self.shape);
         {
             let (w_ptr, _ws) = w.device_ptr(stream);
-            let (packed_ptr, _ps) = packed.device_ptr_mut(stream);
+            let (packed_ptr, _ps) = self.packed.device_ptr_mut(stream);
             (p.w, p.packed) = (w_ptr, packed_ptr);
             let cfg = LaunchConfig {
-                grid_dim: (len.div_ceil(256).min(1 << 20) as u32, 1, 1),
+                grid_dim: (p.total.div_ceil(256).min(1 << 20) as u32, 1, 1),
                 block_dim: (256, 1, 1),
                 shared_mem_bytes: 0,
             };
@@ -240,8 +273,7 @@ impl IgemmPlan {
             // elements the kernel writes; `weight_source` reads inside the filters only.
             unsafe { gpu.launch(stream, PACK_KERNEL, cfg, p) }?;
         }
-        gpu.check_deferred()?;
-        Ok(IgemmPlan { conv: conv.clone(), geom, shape, packed })
+        gpu.check_deferred()
     }
 
     pub fn shape(&self) -> &IgemmShape {

@@ -1,5 +1,6 @@
-//! Convolution algorithms, one module each: [`direct`], [`depthwise`], [`fft`] (fused, depthwise) and
-//! [`fft_gemm`] (overlap-save tiles and a per-frequency cgemm, any groups), convkit's kernels;
+//! Convolution algorithms, one module each: [`direct`], [`depthwise`], [`fft`] (fused, depthwise),
+//! [`fft_gemm`] (overlap-save tiles and a per-frequency cgemm, any groups) and [`igemm`]
+//! (implicit GEMM on tensor cores, TF32 and 3xTF32), convkit's kernels;
 //! [`cudnn`] (cuDNN, through its legacy and its graph API).
 
 pub mod cudnn;
@@ -89,7 +90,8 @@ pub(crate) fn check_io(
 
 /// One way to compute a convolution: an algorithm and its variant. Its text form (what plan
 /// caches store and tables print) is the kernel's name for convkit's algorithms
-/// (`direct_fwd_rows_k8_p4`, `depthwise_k3_s1_m1_32x32`, `fftconv_dw_72`, `fftgemm_56`) and `cudnn:` followed by an engine
+/// (`direct_fwd_rows_k8_p4`, `depthwise_k3_s1_m1_32x32`, `fftconv_dw_72`, `fftgemm_56`,
+/// `igemm_tf32_m128_n56_k8`) and `cudnn:` followed by an engine
 /// configuration's tag, `cudnn:heuristic-exact`/`-fast`, or `cudnn-legacy:` followed by a
 /// legacy algorithm and math mode (`cudnn-legacy:WINOGRAD_NONFUSED/FMA`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,6 +104,9 @@ pub enum Algorithm {
     Fft(&'static str),
     /// The tiled FFT convolution with one of [`fft_gemm::sizes`].
     FftGemm(&'static str),
+    /// The tensor-core implicit GEMM with one of [`igemm::variants`]: TF32 ones in the fast
+    /// class, 3xTF32 ones in the exact class.
+    Igemm(&'static str),
     /// A cuDNN 9 engine configuration, by its cudnn-frontend tag (`eng67_k2=2_k13=0...`).
     CudnnEngine(String),
     /// The first configuration of this class that cuDNN's heuristics (mode A) propose and
@@ -119,6 +124,7 @@ impl Algorithm {
             Algorithm::Depthwise(_) => "depthwise",
             Algorithm::Fft(_) => "fft",
             Algorithm::FftGemm(_) => "fft-gemm",
+            Algorithm::Igemm(_) => "igemm",
             Algorithm::CudnnEngine(_) | Algorithm::CudnnHeuristic(_) => "cudnn",
             Algorithm::CudnnLegacy(..) => "cudnn-legacy",
         }
@@ -126,16 +132,25 @@ impl Algorithm {
 
     /// Whether convkit's own kernels run it.
     pub fn is_convkit(&self) -> bool {
-        matches!(self, Algorithm::Direct(_) | Algorithm::Depthwise(_) | Algorithm::Fft(_) | Algorithm::FftGemm(_))
+        matches!(
+            self,
+            Algorithm::Direct(_)
+                | Algorithm::Depthwise(_)
+                | Algorithm::Fft(_)
+                | Algorithm::FftGemm(_)
+                | Algorithm::Igemm(_)
+        )
     }
 }
 
 impl std::fmt::Display for Algorithm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Algorithm::Direct(name) | Algorithm::Depthwise(name) | Algorithm::Fft(name) | Algorithm::FftGemm(name) => {
-                f.write_str(name)
-            }
+            Algorithm::Direct(name)
+            | Algorithm::Depthwise(name)
+            | Algorithm::Fft(name)
+            | Algorithm::FftGemm(name)
+            | Algorithm::Igemm(name) => f.write_str(name),
             Algorithm::CudnnEngine(tag) => write!(f, "cudnn:{tag}"),
             Algorithm::CudnnHeuristic(class) => write!(f, "cudnn:heuristic-{}", class.name()),
             Algorithm::CudnnLegacy(algo, math) => write!(f, "cudnn-legacy:{}/{math}", cudnn::legacy::algo_name(*algo)),
@@ -178,6 +193,9 @@ impl std::str::FromStr for Algorithm {
         }
         if let Some(size) = fft_gemm::sizes().iter().find(|s| s.name == text) {
             return Ok(Algorithm::FftGemm(size.name));
+        }
+        if let Some(tile) = igemm::variants().iter().find(|t| t.name == text) {
+            return Ok(Algorithm::Igemm(tile.name));
         }
         Err(unknown())
     }

@@ -517,7 +517,7 @@ impl<'g> Bench<'g> {
                 let (bytes, groups_per_block) = (plans[0].plan_bytes(), plans[0].shape().groups_per_block);
                 let runner = Runner::Igemm(plans);
                 let stats = env.validate(&runner, &truth, igemm::tolerance(conv, &geom, &tile))?;
-                let class = if precision == Precision::Tf32 { MathClass::Fast } else { MathClass::Exact };
+                let class = igemm::class(precision);
                 let notes = format!("{} mma, {groups_per_block} groups per block", precision.name());
                 let name = tile.name.trim_start_matches("igemm_").to_owned();
                 let mut candidate = Candidate::new(name, Source::Convkit, class, notes, bytes);

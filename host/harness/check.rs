@@ -37,11 +37,16 @@ pub const CUDNN_EXACT: Tolerance = Tolerance { tol: 1e-4, floor: 1e-5 };
 pub const CUDNN_FAST: Tolerance = Tolerance { tol: 1e-2, floor: 1e-4 };
 
 /// The bound a plan's output is held to: the strict f32 one for the direct kernels, the FFT
-/// paths' (`fft`, which needs the inputs) for theirs, cuDNN's class bound for cuDNN's.
+/// paths' (`fft`, which needs the inputs) for theirs, the tensor-core kernel's precision's for
+/// it, cuDNN's class bound for cuDNN's.
 pub fn plan_tolerance(plan: &Plan, taps: u64, fft: impl FnOnce() -> Result<Tolerance>) -> Result<Tolerance> {
     Ok(match plan.algorithm() {
         Algorithm::Direct(_) | Algorithm::Depthwise(_) => Tolerance::f32_sum(taps),
         Algorithm::Fft(_) | Algorithm::FftGemm(_) => fft()?,
+        Algorithm::Igemm(name) => {
+            let tile = igemm::variants().iter().find(|t| t.name == *name).expect("a plan's variant is of this build");
+            igemm::tolerance(plan.conv(), &plan.conv().geometry()?, tile)
+        }
         _ if plan.class() == MathClass::Exact => CUDNN_EXACT,
         _ => CUDNN_FAST,
     })

@@ -1,7 +1,8 @@
 //! Find: time every candidate for a layer and keep the fastest.
 //!
 //! The candidates: each direct-kernel tile and each depthwise-kernel variant that supports the
-//! layer; the FFT convolutions (fused, and the tiled one at its [`TILED_SIZES`] cheapest sizes by
+//! layer; the tensor-core kernel's [`IGEMM_VARIANTS`] cheapest variants by its cost model in each
+//! precision the class admits (3xTF32; TF32 too in the fast class); the FFT convolutions (fused, and the tiled one at its [`TILED_SIZES`] cheapest sizes by
 //! estimate) for filters of at least [`FFT_MIN_TAPS`] taps; every cuDNN engine configuration its
 //! heuristics propose in any mode; and the legacy algorithms cuDNN ranks as able to run the layer
 //! (FMA math, and DEFAULT math in the fast class). Each is built as a [`Plan`] with the same random
@@ -21,12 +22,12 @@ use crate::{
             engines::{ALL_HEURISTICS, EngineConv},
             legacy::{LegacyConv, Math},
         },
-        depthwise, direct, fft, fft_gemm,
+        depthwise, direct, fft, fft_gemm, igemm,
     },
     timing::{GpuQueue, Schedule, screen, time_interleaved},
 };
 use cudarc::driver::CudaSlice;
-use kernels_gpu::random::mix;
+use kernels_gpu::{conv::igemm::Precision, random::mix};
 use std::{rc::Rc, time::Instant};
 
 /// Filter taps (R·S) from which the FFT convolutions are candidates (below, they never won a
@@ -34,6 +35,9 @@ use std::{rc::Rc, time::Instant};
 pub const FFT_MIN_TAPS: usize = 25;
 /// Tile sizes of the tiled FFT convolution tried, the cheapest by its estimate.
 pub const TILED_SIZES: usize = 3;
+/// Tensor-core variants tried per precision, the cheapest by its cost model (on 7 grouped
+/// layers the fastest variant was the model's first on all).
+pub const IGEMM_VARIANTS: usize = 3;
 /// Finalists within this fraction of the fastest count as equally fast for the workspace rule.
 pub const WORKSPACE_SLACK: f64 = 0.10;
 /// The inputs and outputs rotate through at least this many bytes (twice the H200's L2).
@@ -240,6 +244,16 @@ fn candidates<'g>(
     let mut out = vec![build(first.clone())];
     let mut ours: Vec<Algorithm> = direct::supporting_variants(conv).map(|t| Algorithm::Direct(t.name)).collect();
     ours.extend(depthwise::supporting_variants(conv).map(|t| Algorithm::Depthwise(t.name)));
+    // The tensor-core kernel in the precisions the class admits: its cost model's best few.
+    let precisions: &[Precision] = match math {
+        MathClass::Exact => &[Precision::Tf32x3],
+        MathClass::Fast => &[Precision::Tf32, Precision::Tf32x3],
+    };
+    for &precision in precisions {
+        ours.extend(
+            igemm::ranked(conv, geom, precision, gpu.sm_count()).take(IGEMM_VARIANTS).map(|t| Algorithm::Igemm(t.name)),
+        );
+    }
     if conv.r * conv.s >= FFT_MIN_TAPS {
         if let Ok(tile) = fft::choose_tile(conv, geom) {
             ours.push(Algorithm::Fft(tile.name));

@@ -15,11 +15,22 @@
 //!   cuDNN's implicit GEMM: the direct kernel gives each thread a whole reduction, which a
 //!   grid of a few thousand outputs cannot hide (a 5040-output layer with 72 taps per output:
 //!   13 µs direct, 6.6 µs cuDNN).
-//! - Smaller filters with many channels per group go to cuDNN: in the fast class from
-//!   [`FAST_CUDNN_MIN_CHANNELS`] (its TF32 implicit GEMMs: 0.047 against our 0.081 ms at 16 per
-//!   group, 0.082 against 0.140 ms the other way at 4), in the exact class from
-//!   [`EXACT_CUDNN_MIN_CHANNELS`] (at 32 per group our direct kernel still leads, 0.081 against
-//!   0.129 ms; a dense 3x3 layer takes it 6.1 ms and cuDNN's non-fused Winograd 0.89 ms).
+//! - Smaller filters with many channels per group ([`CUDNN_MIN_CHANNELS`] and more, dense
+//!   layers among them) go to cuDNN: its TF32 implicit GEMMs in the fast class, in the exact
+//!   one its non-fused Winograd where it fits (a dense 3x3 layer takes our direct kernel
+//!   6.1 ms and the Winograd 0.89 ms), else its exact heuristic choice.
+//! - Grouped layers whose groups hold at least [`TENSOR_CORE_MIN_PRODUCT`] channel pairs
+//!   (C/G · K/G) go to the tensor-core kernel, TF32 in the fast class and 3xTF32 in the exact
+//!   one, with its own tile heuristic: on the `grouped` suite it was the fastest of everything
+//!   on 29 of 33 such layers in the fast class and 31 of 33 in the exact one (1.3-5.7x the
+//!   direct kernel), within 1.2x on the rest. Except, in the exact class, 3x3 unit-stride
+//!   layers of [`WINOGRAD_MIN_CHANNELS`] and more per group on maps of [`WINOGRAD_MIN_MAP`] and
+//!   more: cuDNN's non-fused Winograd (RegNetY-8GF's 56-wide groups on 56 and 28-wide maps:
+//!   0.42 against 0.60 ms, 0.23 against 0.31 ms).
+//! - Narrower groups (ResNeXt's 4 and 8 per group) run the direct kernel: the tensor-core
+//!   kernel took 1.1-2.4x as long there; except strided layers of at least
+//!   [`TF32_STRIDED_MIN_PRODUCT`] channel pairs in the fast class, which TF32 computed 10%
+//!   faster.
 //! - Everything else runs the direct kernel with its own tile heuristic.
 
 use super::{Choice, Origin};
@@ -31,9 +42,10 @@ use crate::{
             MathClass,
             legacy::{Algo, Math},
         },
-        depthwise, direct, fft, fft_gemm,
+        depthwise, direct, fft, fft_gemm, igemm,
     },
 };
+use kernels_gpu::conv::igemm::Precision;
 
 /// Filter taps (R·S) from which an FFT convolution is chosen (13x13 depthwise measured 1.5x
 /// faster through the fused FFT than directly; 7x7 2x slower).
@@ -58,11 +70,23 @@ pub const FUSED_FFT_MIN_PLANES: usize = 1024;
 pub const TINY_OUTPUTS: usize = 32 << 10;
 /// Taps per output (C/G·R·S) from which a tiny layer goes to cuDNN.
 pub const TINY_MIN_TAPS: usize = 32;
-/// Channels per group (input and output) from which cuDNN's TF32 kernels are chosen in the
-/// fast class.
-pub const FAST_CUDNN_MIN_CHANNELS: usize = 16;
-/// Channels per group from which cuDNN is chosen in the exact class.
-pub const EXACT_CUDNN_MIN_CHANNELS: usize = 64;
+/// Channels per group (input and output) from which cuDNN is chosen: dense layers (a 3x3
+/// layer of 256 channels: cuDNN's TF32 kernels and its Winograd were Find's choices); at 80
+/// and 320 per group (ShuffleNet's G = 3 1x1 layers) the tensor-core kernel beat cuDNN's
+/// choices by 1.3-5.1x.
+pub const CUDNN_MIN_CHANNELS: usize = 128;
+/// Channel pairs per group (C/G · K/G) from which the tensor-core kernel is chosen: 16 x 16
+/// (ResNeXt's 16-wide groups: 0.042 against the direct kernel's 0.076 ms in TF32) and 12 x 48
+/// (ShuffleNet's 1x1 layers: 0.019 against 0.055 ms) went to it, 8 x 8 stayed with the direct
+/// kernel (0.073 against 0.076 ms, and 1.3x in 3xTF32).
+pub const TENSOR_CORE_MIN_PRODUCT: usize = 144;
+/// [`TENSOR_CORE_MIN_PRODUCT`] for strided layers in the fast class: 8 x 8 (ResNeXt's stride-2
+/// layers with 8-wide groups: 0.078 against the direct kernel's 0.086 ms, 0.149 against 0.165).
+pub const TF32_STRIDED_MIN_PRODUCT: usize = 64;
+/// Channels per group, and input width and height, from which cuDNN's non-fused Winograd takes
+/// a 3x3 unit-stride layer in the exact class.
+pub const WINOGRAD_MIN_CHANNELS: usize = 48;
+pub const WINOGRAD_MIN_MAP: usize = 28;
 /// Device memory the tiled FFT's filter spectra may take.
 pub const FFT_GEMM_PLAN_LIMIT: usize = 1 << 30;
 
@@ -131,24 +155,37 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
     }
     if !depthwise {
         let channels = format!("{} input and {} output channels per group", geom.c_per_group, geom.k_per_group);
-        match math {
-            MathClass::Fast if narrowest >= FAST_CUDNN_MIN_CHANNELS => {
-                let why = format!("{channels}: cuDNN's TF32 tensor-core kernels (its heuristic's first choice)");
-                return pick(Algorithm::CudnnHeuristic(MathClass::Fast), 0, why);
-            }
-            MathClass::Exact if narrowest >= EXACT_CUDNN_MIN_CHANNELS => {
-                if winograd_fits(conv) {
-                    let why = format!("{channels}, 3x3, unit stride: cuDNN's non-fused Winograd (FMA)");
-                    return pick(
-                        Algorithm::CudnnLegacy(Algo::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, Math::Fma),
-                        0,
-                        why,
-                    );
+        let winograd = winograd_fits(conv) && conv.h.min(conv.w) >= WINOGRAD_MIN_MAP;
+        if narrowest >= CUDNN_MIN_CHANNELS || math == MathClass::Exact && winograd && narrowest >= WINOGRAD_MIN_CHANNELS
+        {
+            return match math {
+                MathClass::Fast => {
+                    let why = format!("{channels}: cuDNN's TF32 tensor-core kernels (its heuristic's first choice)");
+                    pick(Algorithm::CudnnHeuristic(MathClass::Fast), 0, why)
                 }
-                let why = format!("{channels}: cuDNN's exact kernels (its heuristic's first choice)");
-                return pick(Algorithm::CudnnHeuristic(MathClass::Exact), 0, why);
+                MathClass::Exact if winograd_fits(conv) => {
+                    let why = format!("{channels}, 3x3, unit stride: cuDNN's non-fused Winograd (FMA)");
+                    let winograd = Algo::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+                    pick(Algorithm::CudnnLegacy(winograd, Math::Fma), 0, why)
+                }
+                MathClass::Exact => {
+                    let why = format!("{channels}: cuDNN's exact kernels (its heuristic's first choice)");
+                    pick(Algorithm::CudnnHeuristic(MathClass::Exact), 0, why)
+                }
+            };
+        }
+        let strided_fast = math == MathClass::Fast && conv.stride != [1, 1];
+        let min_product = if strided_fast { TF32_STRIDED_MIN_PRODUCT } else { TENSOR_CORE_MIN_PRODUCT };
+        if geom.c_per_group * geom.k_per_group >= min_product {
+            let precision = if math == MathClass::Fast { Precision::Tf32 } else { Precision::Tf32x3 };
+            if let Ok(shape) = igemm::choose(conv, geom, precision, sm_count) {
+                let why = format!(
+                    "{channels}: the tensor-core kernel in {}, {} groups per block",
+                    precision.name(),
+                    shape.groups_per_block
+                );
+                return pick(Algorithm::Igemm(shape.tile.name), 0, why);
             }
-            _ => {}
         }
     }
     let why = format!("{}x{} filter, {narrowest} channels per group: the direct kernel", conv.r, conv.s);

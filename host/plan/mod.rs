@@ -38,6 +38,7 @@ use crate::{
         depthwise, direct,
         fft::{self, FftConvPlan},
         fft_gemm::{self, FftGemmPlan},
+        igemm::{self, IgemmPlan},
     },
     error::Context,
 };
@@ -283,6 +284,7 @@ enum Runner<'g> {
     Depthwise { tile: DepthwiseTile, w: CudaSlice<f32> },
     Fft(FftConvPlan),
     FftGemm(FftGemmPlan),
+    Igemm(IgemmPlan),
     Engine { graph: Rc<EngineConv<'g>>, plan: EnginePlan, w: CudaSlice<f32> },
     Legacy { conv: Rc<LegacyConv<'g>>, choice: LegacyChoice, w: CudaSlice<f32> },
 }
@@ -365,6 +367,11 @@ impl<'g> Plan<'g> {
                 let fft = FftGemmPlan::with_shape(gpu, stream, conv, shape, w)?;
                 Ok(plan(algorithm, MathClass::Exact, shape.workspace_bytes(), Runner::FftGemm(fft)))
             }
+            Algorithm::Igemm(name) => {
+                let tile = igemm::variants().iter().find(|t| t.name == *name).ok_or_else(|| unknown(algorithm))?;
+                let packed = IgemmPlan::new(gpu, stream, conv, tile, w)?;
+                Ok(plan(algorithm, igemm::class(tile.precision), 0, Runner::Igemm(packed)))
+            }
             Algorithm::CudnnEngine(_) | Algorithm::CudnnHeuristic(_) => {
                 let graph = Rc::new(EngineConv::new(gpu, stream, conv)?);
                 let built = build_engine(&graph, algorithm, workspace_limit)?;
@@ -431,6 +438,7 @@ impl<'g> Plan<'g> {
         match &self.runner {
             Runner::Fft(p) => p.plan_bytes(),
             Runner::FftGemm(p) => p.plan_bytes(),
+            Runner::Igemm(p) => p.plan_bytes(),
             Runner::Direct { w, .. }
             | Runner::Depthwise { w, .. }
             | Runner::Engine { w, .. }
@@ -448,6 +456,7 @@ impl<'g> Plan<'g> {
         match &mut self.runner {
             Runner::Fft(p) => p.set_weights(self.gpu, stream, w),
             Runner::FftGemm(p) => p.set_weights(self.gpu, stream, w),
+            Runner::Igemm(p) => p.set_weights(self.gpu, stream, w),
             Runner::Direct { w: own, .. }
             | Runner::Depthwise { w: own, .. }
             | Runner::Engine { w: own, .. }
@@ -473,6 +482,7 @@ impl<'g> Plan<'g> {
             Runner::Depthwise { tile, w } => depthwise::forward_with(gpu, stream, &self.conv, tile, x, w, y),
             Runner::Fft(p) => p.forward(gpu, stream, x, y),
             Runner::FftGemm(p) => p.forward(gpu, stream, x, y, workspace),
+            Runner::Igemm(p) => p.forward(gpu, stream, x, y),
             Runner::Engine { graph, plan, w } => graph.execute(plan, x, w, y, workspace),
             Runner::Legacy { conv, choice, w } => conv.forward(choice, x, w, y, workspace),
         }
