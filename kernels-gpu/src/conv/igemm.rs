@@ -399,14 +399,17 @@ impl IgemmTile {
         let iw = src.iw0 + (chunk.s * p.dil_w) as i32;
         let at_tap = src.valid & ((ih as u32) < p.in_h) & ((iw as u32) < p.in_w);
         let tap_offset = src.plane + if at_tap { (ih as u32 * p.in_w + iw as u32) as u64 } else { 0 };
+        // A thread's channels lie a fixed number of planes apart: one addition per copy.
         let first_channel = chunk.cc * self.bk();
+        let channels = p.block_channels.saturating_sub(first_channel);
         let mut k = thread / self.bm();
+        let mut offset = tap_offset + (first_channel + k) as u64 * p.in_plane as u64;
+        let step = self.threads_per_pixel() as u64 * p.in_plane as u64;
         while k < self.bk() {
-            let c = first_channel + k;
-            let inside = at_tap & (c < p.block_channels);
-            let offset = if inside { tap_offset + c as u64 * p.in_plane as u64 } else { 0 };
-            copy_x(self.a_slot(m, k), offset, inside);
+            let inside = at_tap & (k < channels);
+            copy_x(self.a_slot(m, k), if inside { offset } else { 0 }, inside);
             k += self.threads_per_pixel();
+            offset += step;
         }
         // Weights: the chunk's packed panel ([`IgemmPackParams`]), BN rows of BK floats
         // already in shared-memory order, in 16-byte pieces.
