@@ -330,7 +330,6 @@ pub fn cvt_tf32(v: f32) -> u32 {
 /// spells it out).
 #[inline(always)]
 pub fn mma_tf32_m16n8k8(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
-    let d: [f32; 4];
     let (d0, d1, d2, d3): (f32, f32, f32, f32);
     unsafe {
         asm!("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{c0}, {c1}, {c2}, {c3}}};",
@@ -340,6 +339,5 @@ pub fn mma_tf32_m16n8k8(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
             c0 = in(reg32) c[0], c1 = in(reg32) c[1], c2 = in(reg32) c[2], c3 = in(reg32) c[3],
             options(pure, nomem, nostack))
     };
-    d = [d0, d1, d2, d3];
-    d
+    [d0, d1, d2, d3]
 }

@@ -475,6 +475,10 @@ igemm_fwd_variants!(
     (igemm_3xtf32_m64_n64_k16, Tf32x3, 1, 8, 2),
 );
 
+/// [`PACK_KERNEL`].
+///
+/// # Safety
+/// `p.w` must hold the layer's filters and `p.packed` `p.total` elements (the host sizes both).
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn igemm_pack_weights(p: IgemmPackParams) {
@@ -507,7 +511,7 @@ mod device {
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    pub unsafe fn convolve<const MT: usize, const NT: usize, const KS: usize, const SPLIT: bool>(p: &IgemmFwdParams) {
+    pub fn convolve<const MT: usize, const NT: usize, const KS: usize, const SPLIT: bool>(p: &IgemmFwdParams) {
         let t = IgemmTile {
             name: "",
             precision: if SPLIT { Precision::Tf32x3 } else { Precision::Tf32 },
