@@ -132,7 +132,7 @@ fn run_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {
             }
             assert_eq!(
                 (chunk.r, chunk.s, chunk.cc, chunk.index),
-                (p.filter_r, 0, 0, p.chunks()),
+                (p.window.filter_r, 0, 0, p.chunks()),
                 "the chunks walk every tap and channel chunk once"
             );
 

@@ -181,8 +181,19 @@ struct CheckArgs {
     /// Print every case, not only failures.
     #[arg(long, short)]
     verbose: bool,
+    /// Draw the random shapes from these kinds only (comma-separated; see the summary's rows).
+    #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
+    kinds: Vec<&'static str>,
     #[command(flatten)]
     layers: Layers,
+}
+
+fn parse_kind(name: &str) -> Result<&'static str, String> {
+    check::CATEGORIES
+        .iter()
+        .find(|k| **k == name)
+        .copied()
+        .ok_or_else(|| format!("no kind `{name}`; there are {}", check::CATEGORIES.join(", ")))
 }
 
 #[derive(Subcommand)]
@@ -443,7 +454,10 @@ fn run_check(device: usize, args: &CheckArgs) -> Result<ExitCode, Error> {
     } else {
         match args.layers.resolve()? {
             Some(layers) => layers.into_iter().map(Case::new).collect(),
-            None => (0..args.cases as usize).map(|i| check::random_case(&mut rng, i)).collect(),
+            None => {
+                let kinds = if args.kinds.is_empty() { check::CATEGORIES } else { &args.kinds[..] };
+                (0..args.cases as usize).map(|i| check::random_case_of(&mut rng, i, kinds)).collect()
+            }
         }
     };
     let mut info = RunInfo::collect(&gpu, seed)?;

@@ -13,7 +13,7 @@ pub mod igemm;
 use crate::{ConvGeometry, Error, Gpu, Result};
 use cudarc::driver::{CudaStream, DeviceSlice, LaunchConfig};
 use cudnn::MathClass;
-use kernels_gpu::conv::MAX_GRID_Z;
+use kernels_gpu::conv::{MAX_GRID_Z, Window};
 
 /// Fails unless x, w and y belong to `gpu` and hold exactly the shape's elements.
 pub(crate) fn check_buffers(
@@ -32,6 +32,21 @@ pub(crate) fn check_buffers(
     gpu.check_buffer("x", x)?;
     gpu.check_buffer("w", w)?;
     gpu.check_buffer("y", y)
+}
+
+/// The kernels' [`Window`] of `conv` (valid: `Conv2d::geometry` bounds every value to 32 bits).
+pub(crate) fn window(conv: &crate::Conv2d) -> Window {
+    let u = |v: usize| v as u32;
+    Window {
+        filter_r: u(conv.r),
+        filter_s: u(conv.s),
+        pad_h: conv.pad[0] as i32,
+        pad_w: conv.pad[1] as i32,
+        stride_h: u(conv.stride[0]),
+        stride_w: u(conv.stride[1]),
+        dil_h: u(conv.dilation[0]),
+        dil_w: u(conv.dilation[1]),
+    }
 }
 
 /// A grid whose z-index packs more than CUDA's z-limit may hold.

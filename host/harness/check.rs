@@ -284,7 +284,12 @@ pub const CATEGORIES: &[&str] = &[
 
 /// A random valid case of category `CATEGORIES[index % len]`, sized to check quickly.
 pub fn random_case(rng: &mut SmallRng, index: usize) -> Case {
-    let category = CATEGORIES[index % CATEGORIES.len()];
+    random_case_of(rng, index, CATEGORIES)
+}
+
+/// A random valid case of category `kinds[index % len]` (names from [`CATEGORIES`]).
+pub fn random_case_of(rng: &mut SmallRng, index: usize, kinds: &[&str]) -> Case {
+    let category = kinds[index % kinds.len()];
     let pick = |rng: &mut SmallRng, choices: &[usize]| choices[rng.random_range(0..choices.len())];
     let mut conv = Conv2d::new(1, 1, 1, 1, 1, 1);
     conv.name = Some(format!("{category}#{index}"));

@@ -38,14 +38,7 @@ pub struct DirectFwdParams {
     pub in_w: u32,
     pub out_h: u32,
     pub out_w: u32,
-    pub filter_r: u32,
-    pub filter_s: u32,
-    pub pad_h: i32,
-    pub pad_w: i32,
-    pub stride_h: u32,
-    pub stride_w: u32,
-    pub dil_h: u32,
-    pub dil_w: u32,
+    pub window: super::Window,
     pub channels: u32,
     pub out_channels: u32,
     pub c_per_group: u32,
@@ -269,7 +262,7 @@ mod kernel {
         mut row_run: impl FnMut(u32, u32, u32, u32, u32),
     ) {
         let (tid, threads) = (thread_idx_x(), block_dim_x());
-        let taps = p.c_per_group * p.filter_r * p.filter_s;
+        let taps = p.c_per_group * p.window.filter_r * p.window.filter_s;
         let w_tile = to_global(p.w) + 4 * (ch.k_first as u64 * taps as u64);
         let smem = smem_base();
         // (c, r, s) of the next tap to consume.
@@ -292,14 +285,14 @@ mod kernel {
 
             let mut j = 0u32;
             while j < chunk {
-                let run = (p.filter_s - s).min(chunk - j);
+                let run = (p.window.filter_s - s).min(chunk - j);
                 row_run(c, r, s, smem + 4 * j * KT as u32, run);
                 j += run;
                 s += run;
-                if s == p.filter_s {
+                if s == p.window.filter_s {
                     s = 0;
                     r += 1;
-                    if r == p.filter_r {
+                    if r == p.window.filter_r {
                         r = 0;
                         c += 1;
                     }
@@ -334,8 +327,8 @@ mod kernel {
             x_base[i] = x.wrapping_add(4 * c_first * in_plane);
             let k_row = px.image as u64 * p.out_channels as u64 + ch.k_first as u64;
             y_base[i] = y.wrapping_add(4 * (k_row * out_plane + px.pixel as u64));
-            ih0[i] = px.oh.wrapping_mul(p.stride_h) as i32 - p.pad_h;
-            iw0[i] = px.ow.wrapping_mul(p.stride_w) as i32 - p.pad_w;
+            ih0[i] = px.oh.wrapping_mul(p.window.stride_h) as i32 - p.window.pad_h;
+            iw0[i] = px.ow.wrapping_mul(p.window.stride_w) as i32 - p.window.pad_w;
         }
 
         let mut acc = [[0.0f32; KT]; PX];
@@ -345,12 +338,12 @@ mod kernel {
             let mut row_live = [false; PX];
             let mut iw = [0i32; PX];
             for i in 0..PX {
-                let ih = ih0[i] + (r * p.dil_h) as i32;
+                let ih = ih0[i] + (r * p.window.dil_h) as i32;
                 row_live[i] = live[i] && (ih as u32) < p.in_h;
                 row[i] = x_base[i]
                     .wrapping_add(4 * (c as u64 * in_plane))
                     .wrapping_add(4 * (ih as u32 as u64).wrapping_mul(p.in_w as u64));
-                iw[i] = iw0[i] + (s * p.dil_w) as i32;
+                iw[i] = iw0[i] + (s * p.window.dil_w) as i32;
             }
             for _ in 0..run {
                 let wv = tap_weights::<KT>(w_addr);
@@ -359,7 +352,7 @@ mod kernel {
                     for kk in 0..KT {
                         acc[i][kk] = fmaf32(v, wv[kk], acc[i][kk]);
                     }
-                    iw[i] += p.dil_w as i32;
+                    iw[i] += p.window.dil_w as i32;
                 }
                 w_addr += 4 * KT as u32;
             }
@@ -389,12 +382,12 @@ mod kernel {
         let x_base = to_global(p.x).wrapping_add(4 * c_first * in_plane);
         let k_row = at.image as u64 * p.out_channels as u64 + ch.k_first as u64;
         let y_base = to_global(p.y).wrapping_add(4 * (k_row * out_plane + (at.oh * p.out_w + at.ow) as u64));
-        let ih0 = at.oh.wrapping_mul(p.stride_h) as i32 - p.pad_h;
-        let iw0 = at.ow as i32 - p.pad_w;
+        let ih0 = at.oh.wrapping_mul(p.window.stride_h) as i32 - p.window.pad_h;
+        let iw0 = at.ow as i32 - p.window.pad_w;
 
         let mut acc = [[0.0f32; KT]; PX];
         stream_taps::<KT>(p, &ch, |c, r, s, mut w_addr, run| {
-            let ih = ih0 + (r * p.dil_h) as i32;
+            let ih = ih0 + (r * p.window.dil_h) as i32;
             let row_live = live && (ih as u32) < p.in_h;
             let row = x_base
                 .wrapping_add(4 * (c as u64 * in_plane))

@@ -59,16 +59,9 @@ pub struct IgemmFwdParams {
     pub in_plane: u32,
     /// `out_h * out_w`.
     pub out_plane: u32,
-    pub filter_r: u32,
-    pub filter_s: u32,
+    pub window: super::Window,
     /// `filter_r * filter_s`.
     pub taps: u32,
-    pub pad_h: i32,
-    pub pad_w: i32,
-    pub stride_h: u32,
-    pub stride_w: u32,
-    pub dil_h: u32,
-    pub dil_w: u32,
     pub channels: u32,
     pub out_channels: u32,
     pub c_per_group: u32,
@@ -138,7 +131,7 @@ impl Chunk {
         if cc == p.channel_chunks {
             cc = 0;
             s += 1;
-            if s == p.filter_s {
+            if s == p.window.filter_s {
                 s = 0;
                 r += 1;
             }
@@ -170,8 +163,8 @@ impl IgemmFwdParams {
         PixelSource {
             block,
             plane: first_plane * self.in_plane as u64,
-            ih0: (oh * self.stride_h) as i32 - self.pad_h,
-            iw0: (ow * self.stride_w) as i32 - self.pad_w,
+            ih0: (oh * self.window.stride_h) as i32 - self.window.pad_h,
+            iw0: (ow * self.window.stride_w) as i32 - self.window.pad_w,
             valid: flat < self.batch_pixels,
         }
     }
@@ -395,8 +388,8 @@ impl IgemmTile {
         mut copy_w4: impl FnMut(u32, u64),
     ) {
         let m = thread % self.bm();
-        let ih = src.ih0 + (chunk.r * p.dil_h) as i32;
-        let iw = src.iw0 + (chunk.s * p.dil_w) as i32;
+        let ih = src.ih0 + (chunk.r * p.window.dil_h) as i32;
+        let iw = src.iw0 + (chunk.s * p.window.dil_w) as i32;
         let at_tap = src.valid & ((ih as u32) < p.in_h) & ((iw as u32) < p.in_w);
         let tap_offset = src.plane + if at_tap { (ih as u32 * p.in_w + iw as u32) as u64 } else { 0 };
         // A thread's channels lie a fixed number of planes apart: one addition per copy.
