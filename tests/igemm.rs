@@ -14,7 +14,7 @@ use convkit::{
     harness::reference::{compare_host, cpu_reference, host_uniform},
 };
 use kernels_gpu::{
-    conv::igemm::{BLOCK_THREADS, Chunk, IGEMM_FWD_VARIANTS, IgemmTile, STORE_VECTORS, WARPS},
+    conv::igemm::{BLOCK_THREADS, Chunk, IGEMM_FWD_VARIANTS, IgemmTile, Precision, STORE_VECTORS, WARPS},
     verify::Tolerance,
 };
 use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -297,8 +297,38 @@ fn the_heuristic_prefers_the_tile_with_the_least_padding() {
         let conv: Conv2d = spec.parse().unwrap();
         igemm::choose(&conv, &conv.geometry().unwrap(), precision, 132).unwrap().tile.name
     };
-    use kernels_gpu::conv::igemm::Precision::{Tf32, Tf32x3};
+    use Precision::{Tf32, Tf32x3};
     // RegNetY-8GF's 56-wide groups and RegNetY-1.6GF's 24-wide ones fit their tiles exactly.
     assert_eq!(pick("n=32,c=448,h=28,w=28,k=448,r=3,s=3,pad=1,groups=8", Tf32), "igemm_tf32_m128_n56_k8");
     assert_eq!(pick("n=32,c=120,h=28,w=28,k=120,r=3,s=3,pad=1,groups=5", Tf32x3), "igemm_3xtf32_m128_n24_k8");
+}
+
+#[test]
+fn each_precision_has_its_documented_bound() {
+    let conv: Conv2d = "n=1,c=64,h=8,w=8,k=64,r=3,s=3,pad=1,groups=4".parse().unwrap();
+    let geom = conv.geometry().unwrap();
+    let f32_sum = Tolerance::f32_sum(geom.taps(&conv) as u64);
+    for tile in IGEMM_FWD_VARIANTS {
+        let bound = igemm::tolerance(&conv, &geom, tile);
+        assert_eq!(bound.floor, f32_sum.floor);
+        match tile.precision {
+            // Rounded inputs: 2^-10 of each product's magnitude dominates.
+            Precision::Tf32 => assert!(bound.tol > 2f64.powi(-10) && bound.tol < 2f64.powi(-9), "{}", tile.name),
+            // Value plus residual: within twice the f32 summation's bound.
+            Precision::Tf32x3 => assert!(bound.tol > f32_sum.tol && bound.tol < 2.0 * f32_sum.tol, "{}", tile.name),
+        }
+    }
+}
+
+#[test]
+fn oversized_or_invalid_layers_are_refused_without_a_panic() {
+    // A filter of more than 2^31 - 1 elements, and groups of zero (no division by it).
+    let mut huge: Conv2d = "n=1,c=4,h=8,w=8,k=4,r=3,s=3,groups=1".parse().unwrap();
+    (huge.k, huge.c, huge.r, huge.s) = (1 << 16, 1 << 16, 3, 3);
+    assert!(igemm::layer_unsupported(&huge).is_some());
+    let mut empty = huge.clone();
+    (empty.c, empty.groups) = (0, 0);
+    assert!(igemm::layer_unsupported(&empty).is_some());
+    let geom = huge.geometry();
+    assert!(geom.is_err() || igemm::choose(&huge, &geom.unwrap(), Precision::Tf32, 132).is_err());
 }

@@ -61,10 +61,11 @@ pub fn class(precision: Precision) -> MathClass {
 pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
     // Filter offsets are 32-bit on the GPU; `Conv2d::geometry` bounds the rest.
     let filter = [conv.k, conv.c.checked_div(conv.groups).unwrap_or(0), conv.r, conv.s];
-    if filter.into_iter().try_fold(1usize, usize::checked_mul).is_none_or(|v| v > i32::MAX as usize) {
-        return Some("a filter of more than 2^31 - 1 elements");
+    match filter.into_iter().try_fold(1usize, usize::checked_mul) {
+        Some(0) => Some("an empty filter (no channels, outputs or groups)"),
+        Some(v) if v <= i32::MAX as usize => None,
+        _ => Some("a filter of more than 2^31 - 1 elements"),
     }
-    None
 }
 
 /// How a variant covers a layer: its groups per block and the tiles that follow.
