@@ -332,3 +332,17 @@ fn oversized_or_invalid_layers_are_refused_without_a_panic() {
     let geom = huge.geometry();
     assert!(geom.is_err() || igemm::choose(&huge, &geom.unwrap(), Precision::Tf32, 132).is_err());
 }
+
+#[test]
+fn a_class_admits_no_precision_less_accurate_than_itself() {
+    use convkit::conv::cudnn::MathClass;
+    for math in [MathClass::Exact, MathClass::Fast] {
+        let admitted = igemm::precisions(math);
+        assert!(!admitted.is_empty());
+        for &precision in admitted {
+            let class = igemm::class(precision);
+            assert!(class == MathClass::Exact || math == MathClass::Fast, "{math:?} admits {precision:?}");
+        }
+    }
+    assert_eq!(igemm::precisions(MathClass::Exact), &[Precision::Tf32x3]);
+}

@@ -57,6 +57,15 @@ pub fn class(precision: Precision) -> MathClass {
     }
 }
 
+/// The precisions a plan of math class `math` may run, its first choice first: the exact class
+/// admits 3xTF32 only, the fast class TF32 before 3xTF32.
+pub fn precisions(math: MathClass) -> &'static [Precision] {
+    match math {
+        MathClass::Exact => &[Precision::Tf32x3],
+        MathClass::Fast => &[Precision::Tf32, Precision::Tf32x3],
+    }
+}
+
 /// Why no variant can compute `conv`, if none can (any `conv`, valid or not: no panic).
 pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
     // Filter offsets are 32-bit on the GPU; `Conv2d::geometry` bounds the rest.

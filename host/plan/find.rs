@@ -27,7 +27,7 @@ use crate::{
     timing::{GpuQueue, Schedule, screen, time_interleaved},
 };
 use cudarc::driver::CudaSlice;
-use kernels_gpu::{conv::igemm::Precision, random::mix};
+use kernels_gpu::random::mix;
 use std::{rc::Rc, time::Instant};
 
 /// Filter taps (R·S) from which the FFT convolutions are candidates (below, they never won a
@@ -245,11 +245,7 @@ fn candidates<'g>(
     let mut ours: Vec<Algorithm> = direct::supporting_variants(conv).map(|t| Algorithm::Direct(t.name)).collect();
     ours.extend(depthwise::supporting_variants(conv).map(|t| Algorithm::Depthwise(t.name)));
     // The tensor-core kernel in the precisions the class admits: its cost model's best few.
-    let precisions: &[Precision] = match math {
-        MathClass::Exact => &[Precision::Tf32x3],
-        MathClass::Fast => &[Precision::Tf32, Precision::Tf32x3],
-    };
-    for &precision in precisions {
+    for &precision in igemm::precisions(math) {
         ours.extend(
             igemm::ranked(conv, geom, precision, gpu.sm_count()).take(IGEMM_VARIANTS).map(|t| Algorithm::Igemm(t.name)),
         );

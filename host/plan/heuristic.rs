@@ -45,7 +45,6 @@ use crate::{
         depthwise, direct, fft, fft_gemm, igemm,
     },
 };
-use kernels_gpu::conv::igemm::Precision;
 
 /// Filter taps (R·S) from which an FFT convolution is chosen (13x13 depthwise measured 1.5x
 /// faster through the fused FFT than directly; 7x7 2x slower).
@@ -177,7 +176,7 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
         let strided_fast = math == MathClass::Fast && conv.stride != [1, 1];
         let min_product = if strided_fast { TF32_STRIDED_MIN_PRODUCT } else { TENSOR_CORE_MIN_PRODUCT };
         if geom.c_per_group * geom.k_per_group >= min_product {
-            let precision = if math == MathClass::Fast { Precision::Tf32 } else { Precision::Tf32x3 };
+            let precision = igemm::precisions(math)[0];
             if let Ok(shape) = igemm::choose(conv, geom, precision, sm_count) {
                 let why = format!(
                     "{channels}: the tensor-core kernel in {}, {} groups per block",

@@ -7,13 +7,16 @@
 //! `BM` pixels (flat over `n * out_h * out_w`, so small maps still fill it) by `BN` columns.
 //! - **Several groups per block** (CUTLASS's multiple-group mode): `groups_per_block` adjacent
 //!   groups form one reduction over their channels whose weights are block-diagonal, the zeros
-//!   written by the copies. A group of 4 outputs thus still fills an 8-wide mma; the zeros
-//!   cost tensor-core time, which such narrow, memory-bound layers have to spare.
+//!   written once by the packing ([`IgemmPackParams`]). A group of 4 outputs thus still fills
+//!   an 8-wide mma; the zeros cost tensor-core time, which such narrow layers have to spare.
+//! - **Packed filters**: once per plan, [`PACK_KERNEL`] lays the filters out as the panels the
+//!   blocks copy, each chunk's `BN x BK` weights in shared-memory order, in 16-byte pieces
+//!   (gathered 4 bytes at a time from KCRS they had been the largest cost).
 //! - **Reduction order**: filter tap outer, channels inner in chunks of `BK`, so a chunk's
 //!   inputs share one tap: a thread finds its pixel's input position once per tap, and its
 //!   `BK` channels lie one plane apart.
-//! - **Pipeline**: [`STAGES`] chunks in flight through `cp.async` (4-byte copies: NCHW rows
-//!   need not be aligned), zero padding written by the copies' source size.
+//! - **Pipeline**: [`STAGES`] chunks in flight through `cp.async` (inputs in 4-byte copies: NCHW
+//!   rows need not be aligned), zero padding written by the copies' source size.
 //! - **Shared layouts** for conflict-free 8-byte fragment loads: the A tile (inputs) is
 //!   `[BK][a_stride]` with each 16-pixel m-tile's rows interleaved (row `i` at `2(i%8) + i/8`,
 //!   so a lane's rows g and g+8 are adjacent) and `a_stride ≡ 8 mod 32`; the B tile (weights) is
