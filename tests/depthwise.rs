@@ -7,10 +7,10 @@
 
 mod common;
 
-use common::{SharedMemory, mark_written};
+use common::{SharedMemory, assert_within_bound, mark_written};
 use convkit::{
     Conv2d, Error, depthwise,
-    harness::reference::{compare_host, cpu_reference, host_uniform},
+    harness::reference::{cpu_reference, host_uniform},
 };
 use kernels_gpu::{
     conv::depthwise::{DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseTile, TileBlock, program},
@@ -117,16 +117,8 @@ fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: b
     }
     assert!(written.iter().all(|&w| w), "{conv} on {}: outputs never written", tile.name);
     let truth = cpu_reference(conv, &x, &w).unwrap();
-    let stats = compare_host(&y, &truth, Tolerance::f32_sum(geom.taps(conv) as u64));
-    assert!(
-        stats.passed(),
-        "{conv} on {}: {} outputs beyond the bound (worst {:.3} of it, first at {})",
-        tile.name,
-        stats.violations,
-        stats.worst_ratio(),
-        stats.first_violation
-    );
-    stats.worst_ratio()
+    let bound = Tolerance::f32_sum(geom.taps(conv) as u64);
+    assert_within_bound(&y, &truth, bound, &format!("{conv} on {}", tile.name))
 }
 
 fn depthwise_conv(n: usize, c: usize, hw: [usize; 2], filter: usize, stride: usize, multiplier: usize) -> Conv2d {

@@ -8,14 +8,14 @@
 
 mod common;
 
-use common::{CpuBlock, dft_f64};
+use common::{CpuBlock, assert_within_bound, dft_f64};
 use convkit::{
     Conv2d, Error,
     cgemm::{BatchedGemm, Op},
     conv::fft::{choose_tile, params, side_needed, unsupported, variants},
     conv::fft_gemm::{self, FftGemmShape},
     fft::twiddles,
-    harness::reference::{compare_host, cpu_reference, fft_error_scale, host_uniform},
+    harness::reference::{cpu_reference, fft_error_scale, host_uniform},
 };
 use kernels_gpu::{
     complex::Complex32,
@@ -129,16 +129,8 @@ fn check(conv: &Conv2d, tile: &FftConvTile, seed: u64) -> f64 {
     let y = emulate(conv, tile, &x, &w);
     let truth = cpu_reference(conv, &x, &w).unwrap();
     let scale = fft_error_scale(&x, &w, conv.k);
-    let stats = compare_host(&y, &truth, Tolerance::fft(geom.taps(conv) as u64, scale));
-    assert!(
-        stats.passed(),
-        "{conv} on {}: {} outputs beyond the bound (worst {:.3} of it, first at {})",
-        tile.name,
-        stats.violations,
-        stats.worst_ratio(),
-        stats.first_violation
-    );
-    stats.worst_ratio()
+    let bound = Tolerance::fft(geom.taps(conv) as u64, scale);
+    assert_within_bound(&y, &truth, bound, &format!("{conv} on {}", tile.name))
 }
 
 fn depthwise(n: usize, c: usize, h: usize, w: usize, r: usize, s: usize) -> Conv2d {
@@ -313,18 +305,8 @@ fn tiled_fft_convolution_matches_the_f64_reference() {
             let y = emulate_gemm(&conv, &shape, &x, &wv);
             let truth = cpu_reference(&conv, &x, &wv).unwrap();
             let bound = Tolerance::fft(geom.taps(&conv) as u64, fft_error_scale(&x, &wv, conv.k));
-            let stats = compare_host(&y, &truth, bound);
-            assert!(
-                stats.passed(),
-                "{conv} on {} ({:?} tiles of {:?}): {} beyond the bound, worst {:.3}, first at {}",
-                shape.size.input_kernel,
-                shape.tiles,
-                shape.tile,
-                stats.violations,
-                stats.worst_ratio(),
-                stats.first_violation
-            );
-            worst = worst.max(stats.worst_ratio());
+            let what = format!("{conv} on {} ({:?} tiles of {:?})", shape.size.input_kernel, shape.tiles, shape.tile);
+            worst = worst.max(assert_within_bound(&y, &truth, bound, &what));
             runs += 1;
             fused += shape.fused as usize;
         }

@@ -138,7 +138,7 @@ pub fn ranked(
     geom: &ConvGeometry,
     precision: Precision,
     sm_count: u32,
-) -> impl Iterator<Item = IgemmTile> {
+) -> impl Iterator<Item = IgemmShape> {
     let taps = (conv.r * conv.s) as u64;
     let cost = |s: &IgemmShape| {
         let fill = ((s.grid[0] * s.grid[1]) as f64 / (FULL_GRID_BLOCKS_PER_SM * sm_count) as f64).min(1.0);
@@ -151,7 +151,7 @@ pub fn ranked(
         IGEMM_FWD_VARIANTS.iter().filter(|t| t.precision == precision).map(|t| shape(conv, geom, t)).collect()
     };
     shapes.sort_by(|a, b| cost(a).total_cmp(&cost(b)));
-    shapes.into_iter().map(|s| s.tile)
+    shapes.into_iter()
 }
 
 /// The heuristic's variant of `precision`: the cheapest by [`ranked`]'s cost model.
@@ -159,8 +159,7 @@ pub fn choose(conv: &Conv2d, geom: &ConvGeometry, precision: Precision, sm_count
     if let Some(reason) = layer_unsupported(conv) {
         return Err(Error::Unsupported { algorithm: "implicit GEMM", reason: reason.to_owned() });
     }
-    let tile = ranked(conv, geom, precision, sm_count).next().expect("every precision comes in several tiles");
-    Ok(shape(conv, geom, &tile))
+    Ok(ranked(conv, geom, precision, sm_count).next().expect("every precision comes in several tiles"))
 }
 
 /// The kernel parameters of `shape` for `conv`; the addresses are filled in at launch.

@@ -247,7 +247,9 @@ fn candidates<'g>(
     // The tensor-core kernel in the precisions the class admits: its cost model's best few.
     for &precision in igemm::precisions(math) {
         ours.extend(
-            igemm::ranked(conv, geom, precision, gpu.sm_count()).take(IGEMM_VARIANTS).map(|t| Algorithm::Igemm(t.name)),
+            igemm::ranked(conv, geom, precision, gpu.sm_count())
+                .take(IGEMM_VARIANTS)
+                .map(|s| Algorithm::Igemm(s.tile.name)),
         );
     }
     if conv.r * conv.s >= FFT_MIN_TAPS {

@@ -1,7 +1,8 @@
 //! Helpers shared by the CPU tests of the FFT, the FFT convolution and the depthwise kernel.
 #![allow(dead_code)] // each test binary uses its part
 
-use kernels_gpu::{complex::Complex32, fft::square::Block};
+use convkit::harness::reference::{Reference, compare_host};
+use kernels_gpu::{complex::Complex32, fft::square::Block, verify::Tolerance};
 use std::collections::HashMap;
 
 /// The f64 DFT of `x`, forward (`W = exp(-2πi/n)`) or inverse, unnormalised.
@@ -73,6 +74,20 @@ impl<T: Copy> SharedMemory<T> {
             a.readers.push(item);
         }
     }
+}
+
+/// `y` against the f64 reference within `bound`, element by element; fails naming `what`, how
+/// many outputs broke the bound and the first. Returns the worst error as a fraction of it.
+pub fn assert_within_bound(y: &[f32], truth: &Reference, bound: Tolerance, what: &str) -> f64 {
+    let stats = compare_host(y, truth, bound);
+    assert!(
+        stats.passed(),
+        "{what}: {} outputs beyond the bound (worst {:.3} of it, first at {})",
+        stats.violations,
+        stats.worst_ratio(),
+        stats.first_violation
+    );
+    stats.worst_ratio()
 }
 
 /// Marks output `offset` written; written twice panics.
