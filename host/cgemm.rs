@@ -11,6 +11,7 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels_gpu::{
     MagicDiv,
     cgemm::{CGEMM_THREADS, CgemmParams, CgemmShape, MAX_ITEMS, cgemm_tile},
+    verify::Tolerance,
 };
 
 pub use kernels_gpu::cgemm::{CGEMM_TILES, CgemmTile, Complex32, Family, Op};
@@ -276,6 +277,7 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
         Family::Tiled => Some(CgemmShape::new(*tile, m, n, k, batch)),
         Family::Large => (tile.k_contiguous == Some(k_contiguous(&cm))).then(|| CgemmShape::large(*tile)),
         Family::Element => Some(CgemmShape::element(*tile)),
+        Family::Tensor => tile.mma.map(|mma| CgemmShape::tensor(*tile, mma)),
         Family::Whole => {
             let span = cm.validate().ok()?.span;
             if span[2] > i32::MAX as usize {
@@ -284,6 +286,26 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
             let small = |stride: usize, span: usize| (stride.min(1 << 20) as u32, span.min(1 << 20) as u32);
             CgemmShape::whole(*tile, m, n, k, batch, small(cm.stride_a, span[0]), small(cm.stride_b, span[1]))
         }
+    }
+}
+
+/// The bound the outputs of `tile` are held to against the f64 reference, per real part
+/// (`|c - v| ≤ tol · Σ|products| + floor`, see `kernels_gpu::verify`): the f32 summation of
+/// the `2k + 4` real products behind it ([`Tolerance::f32_sum`]); `Tensor` adds what 3xTF32
+/// costs, as in the grouped convolution's (`conv::igemm::tolerance`):
+/// - each input kept to 2^-22 (value plus residual, both rounded) and the product of the
+///   residuals dropped (≤ 2^-22): at most `3 · 2^-22` per product;
+/// - the tensor cores truncate as they accumulate, up to an f32 ulp (2^-23) of the magnitude
+///   per mma within a chunk (3 per k-step); the chunks' sums are added in f32, which the
+///   summation bound covers.
+pub fn tolerance(g: &BatchedGemm, tile: &CgemmTile) -> Tolerance {
+    let sum = Tolerance::f32_sum(2 * g.k as u64 + 4);
+    match tile.mma {
+        Some(mma) => {
+            let chunk_mmas = 3.0 * mma.k_steps() as f64;
+            Tolerance { tol: sum.tol + 3.0 * 2f64.powi(-22) + chunk_mmas * 2f64.powi(-23), ..sum }
+        }
+        None => sum,
     }
 }
 
@@ -302,20 +324,17 @@ pub fn cgemm(
     c: &mut impl DevicePtrMut<Complex32>,
 ) -> Result<()> {
     let tile = choose_tile(g, false);
-    let aligned = |p: u64| p.is_multiple_of(16);
-    let tile = if tile.family == Family::Whole && !(aligned(a.device_ptr(stream).0) && aligned(b.device_ptr(stream).0))
-    {
-        choose_tile(g, true) // the planar choice (Tiled or Element), which takes any alignment
-    } else {
-        tile
-    };
+    let pointers = [("a", a.device_ptr(stream).0), ("b", b.device_ptr(stream).0), ("c", c.device_ptr_mut(stream).0)];
+    let aligned = pointers.iter().all(|&(buffer, p)| p.is_multiple_of(alignment(tile, buffer)));
+    // The planar choice (Tiled or Element) takes any alignment.
+    let tile = if aligned { tile } else { choose_tile(g, true) };
     cgemm_with_tile(gpu, stream, g, tile, alpha, a, b, beta, c)
 }
 
-/// [`cgemm`] with a variant of the caller's choice: any `Tiled` one computes any problem; a
-/// `Whole` one needs matrices it holds and a `Large` one the stored layouts it was compiled
-/// for (else [`Error::InvalidShape`]); `Whole` needs 16-byte-aligned A and B (else
-/// [`Error::Misaligned`]).
+/// [`cgemm`] with a variant of the caller's choice: any `Tiled` or `Tensor` one computes any
+/// problem; a `Whole` one needs matrices it holds and a `Large` one the stored layouts it was
+/// compiled for (else [`Error::InvalidShape`]); `Whole` needs 16-byte-aligned A and B, and
+/// `Tensor` 8-byte-aligned A, B and C (else [`Error::Misaligned`]).
 #[allow(clippy::too_many_arguments)]
 pub fn cgemm_with_tile(
     gpu: &Gpu,
@@ -334,10 +353,14 @@ pub fn cgemm_with_tile(
         let (a_ptr, _as) = a.device_ptr(stream);
         let (b_ptr, _bs) = b.device_ptr(stream);
         let (c_ptr, _cs) = c.device_ptr_mut(stream);
-        for (buffer, ptr) in [("a", a_ptr), ("b", b_ptr)] {
-            if tile.family == Family::Whole && !ptr.is_multiple_of(16) {
-                let reason = "the Whole variants copy operands with 16-byte loads";
-                return Err(Error::Misaligned { buffer, align: 16, reason });
+        for (buffer, ptr) in [("a", a_ptr), ("b", b_ptr), ("c", c_ptr)] {
+            let align = alignment(tile, buffer);
+            if !ptr.is_multiple_of(align) {
+                let reason = match tile.family {
+                    Family::Whole => "the Whole variants copy operands with 16-byte loads",
+                    _ => "the Tensor variants copy whole complex elements with cp.async",
+                };
+                return Err(Error::Misaligned { buffer, align: align as usize, reason });
             }
         }
         let lengths = [a.len() as u64, b.len() as u64];
@@ -402,6 +425,15 @@ pub fn cgemm_planar_with_tile<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
         launch(gpu, stream, g, tile, alpha, beta, true, [ar, ai], [br, bi], [cr, ci], [a_len as u64, b_len as u64])?;
     }
     gpu.check_deferred()
+}
+
+/// The byte alignment `tile` needs of interleaved `buffer` ("a", "b" or "c").
+fn alignment(tile: &CgemmTile, buffer: &str) -> u64 {
+    match tile.family {
+        Family::Whole if buffer != "c" => 16,
+        Family::Tensor => 8,
+        Family::Whole | Family::Tiled | Family::Large | Family::Element => 1,
+    }
 }
 
 fn check_owner(gpu: &Gpu, streams: &[(&str, &std::sync::Arc<CudaStream>)]) -> Result<()> {
@@ -521,7 +553,7 @@ fn launch(
     // Whole blocks walk their items grid-stride: as many as the SMs hold at once.
     let resident = match tile.family {
         Family::Whole => gpu.resident_blocks(tile.name, CGEMM_THREADS, shape.smem_bytes())?.max(1) * gpu.sm_count(),
-        Family::Tiled | Family::Large | Family::Element => u32::MAX,
+        Family::Tiled | Family::Large | Family::Element | Family::Tensor => u32::MAX,
     };
     for (first, count, items) in launches(g, &shape) {
         let mut p = params(g, &shape, alpha, beta, first, count);
@@ -532,7 +564,7 @@ fn launch(
         let blocks = if tile.family == Family::Element { items.div_ceil(CGEMM_THREADS) } else { items.min(resident) };
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
-            block_dim: (CGEMM_THREADS, 1, 1),
+            block_dim: (tile.threads(), 1, 1),
             shared_mem_bytes: shape.smem_bytes(),
         };
         // Safety: validate() and the length checks guarantee every offset the kernel forms

@@ -2,17 +2,23 @@
 //! own per-element code (run here on the CPU, with the launcher's parameters, operand swap for
 //! row-major and batch split) against the f64 reference.
 
+mod common;
+
+use common::{SharedMemory, mma};
 use convkit::{
     Error,
     cgemm::{self, BatchedGemm, CGEMM_TILES, CgemmTile, Complex32, Family, Layout, Op},
     harness::{
-        cgemm::{CgemmCase, compare, load_suite, random_case, variants},
+        cgemm::{CgemmCase, compare, expected, load_suite, random_case, variants},
         check,
         reference::host_uniform,
     },
 };
 use kernels_gpu::{
-    cgemm::{CGEMM_THREADS, CgemmShape, LARGE_BK, STAGE_ELEMENTS, ThreadCoords, large_element},
+    cgemm::{
+        CGEMM_THREADS, CgemmShape, LARGE_BK, MmaTile, STAGE_ELEMENTS, ThreadCoords, large_element,
+        tensor::{SPLIT_STAGES, STAGES, split_tf32},
+    },
     random::mix,
 };
 
@@ -31,6 +37,7 @@ fn emulate(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32],
         Family::Whole => return emulate_whole(case, tile, a, b, c),
         Family::Large => return emulate_large(case, tile, a, b, c),
         Family::Element => return emulate_element(case, tile, a, b, c),
+        Family::Tensor => return emulate_tensor(case, tile, a, b, c),
         Family::Tiled => {}
     }
     let g = &case.g;
@@ -311,6 +318,166 @@ fn emulate_element(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Com
     assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");
 }
 
+/// A TF32 operand as the tensor cores read its bits: the low 13 ignored.
+fn tf32_operand(bits: u32) -> f32 {
+    f32::from_bits(bits & !0x1fff)
+}
+
+/// The `Tensor` kernel on the CPU, launch by launch and block by block, on a tracked shared
+/// memory (a read before a write, or two threads racing between barriers, fails): every
+/// thread's copies (`copy_element`, `tensor_source`) into the raw stages, its splits
+/// (`split_tf32`) into the split stages, every warp's fragments read at `a_pair` / `b_pair`
+/// with the lanes' signs and multiplied in the PTX ISA's m16n8k8 layout (the three cross
+/// products exactly, in f64) chunk by chunk, and the accumulators staged at `acc_place` /
+/// `c_word` and stored. Each output written once.
+fn emulate_tensor(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
+    let g = &case.g;
+    let (a, b) = if g.layout == Layout::RowMajor { (b, a) } else { (a, b) };
+    let shape = cgemm::shape(g, tile).expect("a Tensor variant computes any interleaved problem");
+    let t: MmaTile = tile.mma.unwrap();
+    let warps = t.threads() / 32;
+    let (mt, nt) = (t.m_tiles as usize, t.n_tiles as usize);
+    let mut written = vec![0u8; c.len()];
+    let input = c.to_vec();
+    for (first, count, items) in cgemm::launches(g, &shape) {
+        let p = cgemm::params(g, &shape, case.alpha, case.beta, first, count);
+        let kc = [p.op_a != Op::N as u32, p.op_b == Op::N as u32];
+        let conj = [p.op_a == Op::C as u32, p.op_b == Op::C as u32];
+        for item in 0..items {
+            let at = p.item_coords(item);
+            let mut smem = SharedMemory::<u32>::new((shape.smem_bytes() / 4) as usize);
+            let raw_word = |stage: u32, e: u32| 2 * (stage * t.raw_elements() + e);
+            let copy = |smem: &mut SharedMemory<u32>, stage: u32, chunk: u32| {
+                for thread in 0..t.threads() {
+                    smem.item = thread;
+                    for u in 0..t.copies() {
+                        let e = thread + u * t.threads();
+                        let is_a = u < t.a_copies();
+                        let (index, l) = t.copy_element(e, is_a, kc[!is_a as usize]);
+                        let src = if is_a { a } else { b };
+                        let v = p
+                            .tensor_source(is_a, index, l, at, chunk * t.bk)
+                            .map_or(Complex32::ZERO, |o| src[o as usize]);
+                        smem.store(raw_word(stage, e), v.re.to_bits());
+                        smem.store(raw_word(stage, e) + 1, v.im.to_bits());
+                    }
+                }
+            };
+            for stage in 0..STAGES.min(p.chunks) {
+                copy(&mut smem, stage, stage);
+            }
+            let mut acc = vec![[[0.0f64; 4]; 32]; (warps as usize) * mt * nt];
+            for q in 0..p.chunks {
+                let (raw, split) = (q % STAGES, q % SPLIT_STAGES);
+                for thread in 0..t.threads() {
+                    smem.item = thread;
+                    for u in 0..t.copies() {
+                        let e = thread + u * t.threads();
+                        let is_a = u < t.a_copies();
+                        let (index, l) = t.copy_element(e, is_a, kc[!is_a as usize]);
+                        let re = f32::from_bits(smem.load(raw_word(raw, e)));
+                        let im = f32::from_bits(smem.load(raw_word(raw, e) + 1));
+                        let im = if conj[!is_a as usize] { -im } else { im };
+                        for (part, (big, small)) in [split_tf32(re), split_tf32(im)].into_iter().enumerate() {
+                            for (residual, v) in [(false, big), (true, small)] {
+                                let word = if is_a {
+                                    t.a_word(index, l, part as u32, residual)
+                                } else {
+                                    t.b_word(l, index, part as u32, residual)
+                                };
+                                assert!(word < t.split_words(), "{case}: a split past its stage");
+                                smem.store(t.split_stage(split) / 4 + word, v);
+                            }
+                        }
+                    }
+                }
+                smem.barrier();
+                if q + STAGES < p.chunks {
+                    copy(&mut smem, raw, q + STAGES);
+                }
+                let stage = t.split_stage(split) / 4;
+                for warp in 0..warps {
+                    let mut part = vec![[[0.0f64; 4]; 32]; mt * nt];
+                    for ks in 0..t.k_steps() {
+                        let mut x = vec![([[0.0f32; 4]; 32], [[0.0f32; 4]; 32]); mt];
+                        let mut y = vec![([[0.0f32; 2]; 32], [[0.0f32; 2]; 32]); nt];
+                        for lane in 0..32 {
+                            smem.item = warp * 32 + lane;
+                            let sign = if MmaTile::a_negated(lane) { -1.0 } else { 1.0 };
+                            for (i, (big, small)) in x.iter_mut().enumerate() {
+                                for h in 0..2u32 {
+                                    for (residual, regs) in [(false, &mut *big), (true, &mut *small)] {
+                                        let word = stage + t.a_load(lane, warp, i as u32, ks, h, residual);
+                                        assert!(word.is_multiple_of(2), "{case}: an 8-byte load off its alignment");
+                                        for d in 0..2 {
+                                            regs[lane as usize][(2 * h + d) as usize] =
+                                                sign * tf32_operand(smem.load(word + d));
+                                        }
+                                    }
+                                }
+                            }
+                            for (j, (big, small)) in y.iter_mut().enumerate() {
+                                for (residual, regs) in [(false, &mut *big), (true, &mut *small)] {
+                                    let word = stage + t.b_load(lane, warp, j as u32, ks, residual);
+                                    assert!(word.is_multiple_of(2), "{case}: an 8-byte load off its alignment");
+                                    for d in 0..2 {
+                                        regs[lane as usize][d as usize] = tf32_operand(smem.load(word + d));
+                                    }
+                                }
+                            }
+                        }
+                        for (i, (xb, xs)) in x.iter().enumerate() {
+                            for (j, (yb, ys)) in y.iter().enumerate() {
+                                let cell = &mut part[i * nt + j];
+                                mma(xs, yb, cell);
+                                mma(xb, ys, cell);
+                                mma(xb, yb, cell);
+                            }
+                        }
+                    }
+                    for (cell, part) in acc[(warp as usize) * mt * nt..].iter_mut().zip(&part) {
+                        for (values, sums) in cell.iter_mut().zip(part) {
+                            for (v, s) in values.iter_mut().zip(sums) {
+                                *v += s;
+                            }
+                        }
+                    }
+                }
+            }
+            smem.barrier();
+            for warp in 0..warps {
+                for lane in 0..32 {
+                    smem.item = warp * 32 + lane;
+                    for i in 0..mt {
+                        for j in 0..nt {
+                            for e in 0..4 {
+                                let (r, part, col) = t.acc_place(lane, warp, i as u32, j as u32, e as u32);
+                                let value = acc[(warp as usize * mt + i) * nt + j][lane as usize][e as usize];
+                                smem.store(t.c_word(r, part, col), (value as f32).to_bits());
+                            }
+                        }
+                    }
+                }
+            }
+            smem.barrier();
+            let c_matrix = (p.batch_base + at.first as u64) * p.stride_c;
+            for e in 0..t.bm() * t.bn() {
+                smem.item = e % t.threads();
+                let (r, col) = (e % t.bm(), e / t.bm());
+                let (row, column) = (at.row0 + r, at.col0 + col);
+                if row < p.m && column < p.n {
+                    let part = |smem: &mut SharedMemory<u32>, q| f32::from_bits(smem.load(t.c_word(r, q, col)));
+                    let acc = Complex32::new(part(&mut smem, 0), part(&mut smem, 1));
+                    let o = (c_matrix + row as u64 + column as u64 * p.ldc as u64) as usize;
+                    written[o] += 1;
+                    c[o] = p.epilogue(acc, || input[o]);
+                }
+            }
+        }
+    }
+    assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");
+}
+
 /// A thread's coordinates, as the kernel unpacks them.
 fn shape_thread(shape: &CgemmShape, t: u32) -> ThreadCoords {
     let per_matrix = shape.thread_rows * shape.thread_cols;
@@ -328,7 +495,8 @@ fn check_every_tile(case: &CgemmCase, seed: u64) -> usize {
         ran += 1;
         let mut c = c_in.clone();
         emulate(case, tile, &a, &b, &mut c);
-        let stats = compare(case, &a, &b, &c_in, &c, case.g.batch);
+        let stats =
+            expected(case, &a, &b, &c_in, case.g.batch).compare_within(&c_in, &c, &cgemm::tolerance(&case.g, tile));
         assert!(stats.passed(), "{case} {} alpha {:?} beta {:?}: {stats:?}", tile.name, case.alpha, case.beta);
     }
     ran
@@ -487,5 +655,59 @@ fn verbatim_copies_cover_their_range_once() {
             }
         }
         assert!(seen.iter().all(|&s| s == 1), "{copy:?}: {seen:?}");
+    }
+}
+
+#[test]
+fn tensor_fragment_loads_and_output_stores_are_free_of_bank_conflicts() {
+    // 8-byte loads: each half-warp's words on distinct banks, or (A) a warp's 16 distinct
+    // pairs on distinct banks (its lanes share pairs, which the hardware broadcasts).
+    let distinct = |words: Vec<u32>| {
+        let mut words = words;
+        words.sort_unstable();
+        words.dedup();
+        let mut banks: Vec<u32> = words.iter().map(|w| w % 32).collect();
+        banks.sort_unstable();
+        banks.dedup();
+        banks.len() == words.len()
+    };
+    let pairs = |lanes: std::ops::Range<u32>, first: &dyn Fn(u32) -> u32| -> Vec<u32> {
+        lanes.flat_map(|l| [first(l), first(l) + 1]).collect()
+    };
+    for tile in CGEMM_TILES.iter().filter(|t| t.family == Family::Tensor) {
+        let t = tile.mma.unwrap();
+        assert_eq!(t.bk * t.bm() % t.threads(), 0, "{}: A's copies fill whole rounds of threads", tile.name);
+        assert_eq!(t.raw_elements() % t.threads(), 0, "{}", tile.name);
+        for warp in 0..t.threads() / 32 {
+            for ks in 0..t.k_steps() {
+                for residual in [false, true] {
+                    for i in 0..t.m_tiles {
+                        for h in 0..2 {
+                            let words = pairs(0..32, &|l| t.a_load(l, warp, i, ks, h, residual));
+                            assert!(distinct(words), "{}: A loads conflict", tile.name);
+                        }
+                    }
+                    for j in 0..t.n_tiles {
+                        for half in [0u32, 16] {
+                            let words = pairs(half..half + 16, &|l| t.b_load(l, warp, j, ks, residual));
+                            assert!(distinct(words), "{}: B loads conflict", tile.name);
+                        }
+                    }
+                }
+            }
+            for i in 0..t.m_tiles {
+                for j in 0..t.n_tiles {
+                    for e in 0..4 {
+                        let words = (0..32)
+                            .map(|l| {
+                                let (r, part, col) = t.acc_place(l, warp, i, j, e);
+                                t.c_word(r, part, col)
+                            })
+                            .collect();
+                        assert!(distinct(words), "{}: output staging conflicts", tile.name);
+                    }
+                }
+            }
+        }
     }
 }

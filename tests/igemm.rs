@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{SharedMemory, assert_within_bound, mark_written};
+use common::{SharedMemory, assert_within_bound, mark_written, mma};
 use convkit::{
     Conv2d,
     conv::igemm,
@@ -18,46 +18,6 @@ use kernels_gpu::{
     verify::Tolerance,
 };
 use rand::{Rng, SeedableRng, rngs::SmallRng};
-
-/// Lane `4g + t`'s elements of the PTX ISA's m16n8k8 fragments: A (row, k), B (k, column),
-/// accumulator (row, column).
-fn a_element(lane: u32, e: u32) -> (u32, u32) {
-    let (g, t) = (lane / 4, lane % 4);
-    [(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)][e as usize]
-}
-
-fn b_element(lane: u32, e: u32) -> (u32, u32) {
-    let (g, t) = (lane / 4, lane % 4);
-    [(t, g), (t + 4, g)][e as usize]
-}
-
-fn c_element(lane: u32, e: u32) -> (u32, u32) {
-    let (g, t) = (lane / 4, lane % 4);
-    [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)][e as usize]
-}
-
-/// `d = a · b + c` over one warp's fragments (exact products, f64 sums: the CPU model checks
-/// positions, not rounding).
-fn mma(a: &[[f32; 4]; 32], b: &[[f32; 2]; 32], c: &mut [[f64; 4]; 32]) {
-    let mut am = [[0.0f64; 8]; 16];
-    let mut bm = [[0.0f64; 8]; 8];
-    for lane in 0..32 {
-        for e in 0..4 {
-            let (r, k) = a_element(lane, e);
-            am[r as usize][k as usize] = a[lane as usize][e as usize] as f64;
-        }
-        for e in 0..2 {
-            let (k, n) = b_element(lane, e);
-            bm[k as usize][n as usize] = b[lane as usize][e as usize] as f64;
-        }
-    }
-    for lane in 0..32 {
-        for e in 0..4 {
-            let (r, n) = c_element(lane, e);
-            c[lane as usize][e as usize] += (0..8).map(|k| am[r as usize][k] * bm[k][n as usize]).sum::<f64>();
-        }
-    }
-}
 
 /// Runs `tile` over the launcher's whole grid on the CPU and checks it against f64.
 fn run_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {

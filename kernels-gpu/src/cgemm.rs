@@ -16,6 +16,7 @@
 //! - `Large`: a `16·TM x 16·TN` tile of one matrix per block, compiled per stored layout of A
 //!   and B, two shared-memory stages.
 //! - `Element`: one output per thread, operands through L1 (matrix-vector shapes).
+//! - `Tensor`: 3xTF32 on the tensor cores, a tile of one matrix per block ([`tensor`]).
 //!
 //! Work items and threads are unpacked with magic division. The host picks the variant and
 //! its [`CgemmShape`]; all the index math is here, shared with the host's tests.
@@ -23,6 +24,9 @@
 use crate::MagicDiv;
 pub use crate::complex::Complex32;
 use bytemuck::{Pod, Zeroable};
+
+pub mod tensor;
+pub use tensor::MmaTile;
 
 /// What a matrix operand goes through before the product.
 #[repr(u32)]
@@ -56,7 +60,7 @@ pub const MAX_ITEMS: u64 = (1 << 31) - 1;
 /// operand's copy rounded out to aligned pairs, at most `STAGE_SLOTS / 2` pairs per thread.
 pub const WHOLE_ELEMENTS: u32 = STAGE_SLOTS * CGEMM_THREADS - 4;
 
-/// The two kernels.
+/// The kernel families.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
     /// Any problem: tiles of C, k in chunks, operands staged element by element into the
@@ -76,6 +80,10 @@ pub enum Family {
     /// One thread per output, operands read through L1 (no shared memory), k unrolled by 4:
     /// matrix-vector shapes (C with one or two columns), where a tile would idle threads.
     Element,
+    /// A `bm x bn` tile of one matrix per block on the tensor cores, 3xTF32 (an error within
+    /// `3 · 2^-22` of each product's magnitude beyond f32 summation's), interleaved storage
+    /// (8-byte aligned), any ops and layouts: [`tensor`].
+    Tensor,
 }
 
 /// K per staged chunk of the `Large` family.
@@ -86,25 +94,38 @@ pub const LARGE_BK: u32 = 16;
 pub struct CgemmTile {
     pub name: &'static str,
     pub family: Family,
-    /// Rows of C per thread.
+    /// Rows of C per thread (`Tensor`: per warp).
     pub tm: u32,
-    /// Columns of C per thread.
+    /// Columns of C per thread (`Tensor`: per warp).
     pub tn: u32,
     /// `Large` only: whether the variant takes A, and B, stored with k contiguous (A
     /// transposed or conjugated, B as is); the others take any layout.
     pub k_contiguous: Option<[bool; 2]>,
+    /// `Tensor` only: its warps, accumulators and k-chunk.
+    pub mma: Option<MmaTile>,
+}
+
+impl CgemmTile {
+    /// Threads per block.
+    pub const fn threads(&self) -> u32 {
+        match self.mma {
+            Some(mma) => mma.threads(),
+            None => CGEMM_THREADS,
+        }
+    }
 }
 
 macro_rules! cgemm_tiles {
-    ($(($name:ident, $family:ident, $tm:literal, $tn:literal, $kc:expr, $kernel:path)),* $(,)?) => {
+    ($(($name:ident, $family:ident, $tm:expr, $tn:expr, $kc:expr, $mma:expr, $kernel:path)),* $(,)?) => {
         /// Every variant in the PTX.
         pub const CGEMM_TILES: &[CgemmTile] = &[$(CgemmTile {
-            name: stringify!($name), family: Family::$family, tm: $tm, tn: $tn, k_contiguous: $kc,
+            name: stringify!($name), family: Family::$family, tm: $tm, tn: $tn, k_contiguous: $kc, mma: $mma,
         }),*];
 
         #[cfg(target_arch = "nvptx64")]
         mod entry {
             use super::kernel::*;
+            use super::tensor::device::tensor;
             $(
                 #[unsafe(no_mangle)]
                 pub unsafe extern "ptx-kernel" fn $name(p: super::CgemmParams) {
@@ -116,49 +137,60 @@ macro_rules! cgemm_tiles {
 }
 
 cgemm_tiles!(
-    (cgemm_t1x1, Tiled, 1, 1, None, tiled::<1, 1>),
-    (cgemm_t1x2, Tiled, 1, 2, None, tiled::<1, 2>),
-    (cgemm_t1x4, Tiled, 1, 4, None, tiled::<1, 4>),
-    (cgemm_t2x1, Tiled, 2, 1, None, tiled::<2, 1>),
-    (cgemm_t2x2, Tiled, 2, 2, None, tiled::<2, 2>),
-    (cgemm_t2x4, Tiled, 2, 4, None, tiled::<2, 4>),
-    (cgemm_t4x1, Tiled, 4, 1, None, tiled::<4, 1>),
-    (cgemm_t4x2, Tiled, 4, 2, None, tiled::<4, 2>),
-    (cgemm_t4x4, Tiled, 4, 4, None, tiled::<4, 4>),
-    (cgemm_whole_t1x1, Whole, 1, 1, None, whole::<1, 1>),
-    (cgemm_whole_t1x2, Whole, 1, 2, None, whole::<1, 2>),
-    (cgemm_whole_t1x4, Whole, 1, 4, None, whole::<1, 4>),
-    (cgemm_whole_t2x1, Whole, 2, 1, None, whole::<2, 1>),
-    (cgemm_whole_t2x2, Whole, 2, 2, None, whole::<2, 2>),
-    (cgemm_whole_t2x4, Whole, 2, 4, None, whole::<2, 4>),
-    (cgemm_whole_t4x1, Whole, 4, 1, None, whole::<4, 1>),
-    (cgemm_whole_t4x2, Whole, 4, 2, None, whole::<4, 2>),
-    (cgemm_large_t4x4_mn, Large, 4, 4, Some([false, false]), large::<4, 4, false, false>),
-    (cgemm_large_t4x4_mk, Large, 4, 4, Some([false, true]), large::<4, 4, false, true>),
-    (cgemm_large_t4x4_kn, Large, 4, 4, Some([true, false]), large::<4, 4, true, false>),
-    (cgemm_large_t4x4_kk, Large, 4, 4, Some([true, true]), large::<4, 4, true, true>),
-    (cgemm_large_t4x2_mn, Large, 4, 2, Some([false, false]), large::<4, 2, false, false>),
-    (cgemm_large_t4x2_mk, Large, 4, 2, Some([false, true]), large::<4, 2, false, true>),
-    (cgemm_large_t4x2_kn, Large, 4, 2, Some([true, false]), large::<4, 2, true, false>),
-    (cgemm_large_t4x2_kk, Large, 4, 2, Some([true, true]), large::<4, 2, true, true>),
-    (cgemm_large_t2x4_mn, Large, 2, 4, Some([false, false]), large::<2, 4, false, false>),
-    (cgemm_large_t2x4_mk, Large, 2, 4, Some([false, true]), large::<2, 4, false, true>),
-    (cgemm_large_t2x4_kn, Large, 2, 4, Some([true, false]), large::<2, 4, true, false>),
-    (cgemm_large_t2x4_kk, Large, 2, 4, Some([true, true]), large::<2, 4, true, true>),
-    (cgemm_large_t2x2_mn, Large, 2, 2, Some([false, false]), large::<2, 2, false, false>),
-    (cgemm_large_t2x2_mk, Large, 2, 2, Some([false, true]), large::<2, 2, false, true>),
-    (cgemm_large_t2x2_kn, Large, 2, 2, Some([true, false]), large::<2, 2, true, false>),
-    (cgemm_large_t2x2_kk, Large, 2, 2, Some([true, true]), large::<2, 2, true, true>),
-    (cgemm_large_t4x1_mn, Large, 4, 1, Some([false, false]), large::<4, 1, false, false>),
-    (cgemm_large_t4x1_mk, Large, 4, 1, Some([false, true]), large::<4, 1, false, true>),
-    (cgemm_large_t4x1_kn, Large, 4, 1, Some([true, false]), large::<4, 1, true, false>),
-    (cgemm_large_t4x1_kk, Large, 4, 1, Some([true, true]), large::<4, 1, true, true>),
-    (cgemm_large_t1x4_mn, Large, 1, 4, Some([false, false]), large::<1, 4, false, false>),
-    (cgemm_large_t1x4_mk, Large, 1, 4, Some([false, true]), large::<1, 4, false, true>),
-    (cgemm_large_t1x4_kn, Large, 1, 4, Some([true, false]), large::<1, 4, true, false>),
-    (cgemm_large_t1x4_kk, Large, 1, 4, Some([true, true]), large::<1, 4, true, true>),
-    (cgemm_element, Element, 1, 1, None, element),
+    (cgemm_t1x1, Tiled, 1, 1, None, None, tiled::<1, 1>),
+    (cgemm_t1x2, Tiled, 1, 2, None, None, tiled::<1, 2>),
+    (cgemm_t1x4, Tiled, 1, 4, None, None, tiled::<1, 4>),
+    (cgemm_t2x1, Tiled, 2, 1, None, None, tiled::<2, 1>),
+    (cgemm_t2x2, Tiled, 2, 2, None, None, tiled::<2, 2>),
+    (cgemm_t2x4, Tiled, 2, 4, None, None, tiled::<2, 4>),
+    (cgemm_t4x1, Tiled, 4, 1, None, None, tiled::<4, 1>),
+    (cgemm_t4x2, Tiled, 4, 2, None, None, tiled::<4, 2>),
+    (cgemm_t4x4, Tiled, 4, 4, None, None, tiled::<4, 4>),
+    (cgemm_whole_t1x1, Whole, 1, 1, None, None, whole::<1, 1>),
+    (cgemm_whole_t1x2, Whole, 1, 2, None, None, whole::<1, 2>),
+    (cgemm_whole_t1x4, Whole, 1, 4, None, None, whole::<1, 4>),
+    (cgemm_whole_t2x1, Whole, 2, 1, None, None, whole::<2, 1>),
+    (cgemm_whole_t2x2, Whole, 2, 2, None, None, whole::<2, 2>),
+    (cgemm_whole_t2x4, Whole, 2, 4, None, None, whole::<2, 4>),
+    (cgemm_whole_t4x1, Whole, 4, 1, None, None, whole::<4, 1>),
+    (cgemm_whole_t4x2, Whole, 4, 2, None, None, whole::<4, 2>),
+    (cgemm_large_t4x4_mn, Large, 4, 4, Some([false, false]), None, large::<4, 4, false, false>),
+    (cgemm_large_t4x4_mk, Large, 4, 4, Some([false, true]), None, large::<4, 4, false, true>),
+    (cgemm_large_t4x4_kn, Large, 4, 4, Some([true, false]), None, large::<4, 4, true, false>),
+    (cgemm_large_t4x4_kk, Large, 4, 4, Some([true, true]), None, large::<4, 4, true, true>),
+    (cgemm_large_t4x2_mn, Large, 4, 2, Some([false, false]), None, large::<4, 2, false, false>),
+    (cgemm_large_t4x2_mk, Large, 4, 2, Some([false, true]), None, large::<4, 2, false, true>),
+    (cgemm_large_t4x2_kn, Large, 4, 2, Some([true, false]), None, large::<4, 2, true, false>),
+    (cgemm_large_t4x2_kk, Large, 4, 2, Some([true, true]), None, large::<4, 2, true, true>),
+    (cgemm_large_t2x4_mn, Large, 2, 4, Some([false, false]), None, large::<2, 4, false, false>),
+    (cgemm_large_t2x4_mk, Large, 2, 4, Some([false, true]), None, large::<2, 4, false, true>),
+    (cgemm_large_t2x4_kn, Large, 2, 4, Some([true, false]), None, large::<2, 4, true, false>),
+    (cgemm_large_t2x4_kk, Large, 2, 4, Some([true, true]), None, large::<2, 4, true, true>),
+    (cgemm_large_t2x2_mn, Large, 2, 2, Some([false, false]), None, large::<2, 2, false, false>),
+    (cgemm_large_t2x2_mk, Large, 2, 2, Some([false, true]), None, large::<2, 2, false, true>),
+    (cgemm_large_t2x2_kn, Large, 2, 2, Some([true, false]), None, large::<2, 2, true, false>),
+    (cgemm_large_t2x2_kk, Large, 2, 2, Some([true, true]), None, large::<2, 2, true, true>),
+    (cgemm_large_t4x1_mn, Large, 4, 1, Some([false, false]), None, large::<4, 1, false, false>),
+    (cgemm_large_t4x1_mk, Large, 4, 1, Some([false, true]), None, large::<4, 1, false, true>),
+    (cgemm_large_t4x1_kn, Large, 4, 1, Some([true, false]), None, large::<4, 1, true, false>),
+    (cgemm_large_t4x1_kk, Large, 4, 1, Some([true, true]), None, large::<4, 1, true, true>),
+    (cgemm_large_t1x4_mn, Large, 1, 4, Some([false, false]), None, large::<1, 4, false, false>),
+    (cgemm_large_t1x4_mk, Large, 1, 4, Some([false, true]), None, large::<1, 4, false, true>),
+    (cgemm_large_t1x4_kn, Large, 1, 4, Some([true, false]), None, large::<1, 4, true, false>),
+    (cgemm_large_t1x4_kk, Large, 1, 4, Some([true, true]), None, large::<1, 4, true, true>),
+    (cgemm_element, Element, 1, 1, None, None, element),
+    (cgemm_tc_32x32, Tensor, 16, 16, None, Some(mma(2, 2, 2, 2, 16)), tensor::<2, 2, 2, 2, 16>),
+    (cgemm_tc_64x32, Tensor, 32, 16, None, Some(mma(2, 2, 4, 2, 16)), tensor::<2, 2, 4, 2, 16>),
+    (cgemm_tc_32x64, Tensor, 16, 32, None, Some(mma(2, 2, 2, 4, 16)), tensor::<2, 2, 2, 4, 16>),
+    (cgemm_tc_64x64, Tensor, 32, 32, None, Some(mma(2, 2, 4, 4, 8)), tensor::<2, 2, 4, 4, 8>),
+    (cgemm_tc_16x64, Tensor, 16, 16, None, Some(mma(1, 4, 2, 2, 16)), tensor::<1, 4, 2, 2, 16>),
+    (cgemm_tc_64x8, Tensor, 16, 8, None, Some(mma(4, 1, 2, 1, 16)), tensor::<4, 1, 2, 1, 16>),
 );
+
+/// A `Tensor` variant's [`MmaTile`].
+const fn mma(warp_rows: u32, warp_cols: u32, m_tiles: u32, n_tiles: u32, bk: u32) -> MmaTile {
+    MmaTile { warp_rows, warp_cols, m_tiles, n_tiles, bk }
+}
 
 /// The variant of `family` with a `tm x tn` register tile (and, for `Large`, the stored
 /// layouts `k_contiguous`), if the PTX has it.
@@ -329,6 +361,21 @@ impl CgemmShape {
         CgemmShape { tile, bm: 1, bn: 1, bk: 1, per_round: 1, rounds: 1, per_block: 1, thread_rows: 1, thread_cols: 1 }
     }
 
+    /// The shape of a `Tensor` variant: one `bm x bn` tile of one matrix per item.
+    pub const fn tensor(tile: CgemmTile, mma: MmaTile) -> CgemmShape {
+        CgemmShape {
+            tile,
+            bm: mma.bm(),
+            bn: mma.bn(),
+            bk: mma.bk,
+            per_round: 1,
+            rounds: 1,
+            per_block: 1,
+            thread_rows: mma.warp_rows,
+            thread_cols: mma.warp_cols,
+        }
+    }
+
     /// Threads that compute (the rest of the block only stages).
     pub const fn computing_threads(&self) -> u32 {
         self.per_round * self.thread_rows * self.thread_cols
@@ -342,11 +389,18 @@ impl CgemmShape {
     /// Elements (complex) between rows `l` and `l + 1` of a staged `op(A)` chunk, which
     /// holds `op(A)[row, l]` at `l · a_pitch + row`.
     pub const fn a_pitch(&self) -> u32 {
-        odd(self.bm)
+        match self.tile.mma {
+            Some(mma) => mma.a_pitch(),
+            None => odd(self.bm),
+        }
     }
 
+    /// Elements between columns of a staged `op(B)` chunk (`Tensor`: its columns hold k).
     pub const fn b_pitch(&self) -> u32 {
-        odd(self.bn)
+        match self.tile.mma {
+            Some(mma) => mma.b_pitch(),
+            None => odd(self.bn),
+        }
     }
 
     /// Elements between the staged chunks of consecutive matrices.
@@ -368,6 +422,8 @@ impl CgemmShape {
             // Two stages of both chunks.
             Family::Large => return 2 * 8 * LARGE_BK * (self.a_pitch() + self.b_pitch()),
             Family::Element => return 0,
+            // Every Tensor tile has its MmaTile (CGEMM_TILES is constant, and tested).
+            Family::Tensor => return if let Some(mma) = self.tile.mma { mma.smem_bytes() } else { 0 },
             Family::Tiled => {}
         }
         let overreach = self.tile.tm * self.thread_rows - self.bm + self.tile.tn * self.thread_cols - self.bn;

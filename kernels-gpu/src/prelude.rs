@@ -52,6 +52,16 @@ pub fn cp_async_f32(smem_addr: u32, global_addr: u64, src_bytes: u32) {
     };
 }
 
+/// [`cp_async_f32`] for 8 bytes (one complex f32); both addresses 8-byte aligned, `src_bytes` 8
+/// or 0.
+#[inline(always)]
+pub fn cp_async_f32x2(smem_addr: u32, global_addr: u64, src_bytes: u32) {
+    unsafe {
+        asm!("cp.async.ca.shared.global [{d}], [{s}], 8, {n};", d = in(reg32) smem_addr, s = in(reg64) global_addr,
+            n = in(reg32) src_bytes, options(nostack))
+    };
+}
+
 /// [`cp_async_f32`] for 16 bytes, through L2 only (`.cg`); both addresses 16-byte aligned,
 /// `src_bytes` 16 or 0.
 #[inline(always)]

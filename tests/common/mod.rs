@@ -1,4 +1,4 @@
-//! Helpers shared by the CPU tests of the FFT, the FFT convolution and the depthwise kernel.
+//! Helpers shared by the CPU tests of the kernels (FFT, FFT convolution, depthwise, tensor cores).
 #![allow(dead_code)] // each test binary uses its part
 
 use convkit::harness::reference::{Reference, compare_host};
@@ -164,5 +164,45 @@ impl Block for CpuBlock<'_> {
     fn write_complex(&mut self, offset: u64, v: Complex32) {
         mark_written(self.written, offset);
         self.complex_out[offset as usize] = v;
+    }
+}
+
+/// Lane `4g + t`'s elements of the PTX ISA's m16n8k8 fragments: A (row, k), B (k, column),
+/// accumulator (row, column).
+pub fn a_element(lane: u32, e: u32) -> (u32, u32) {
+    let (g, t) = (lane / 4, lane % 4);
+    [(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)][e as usize]
+}
+
+pub fn b_element(lane: u32, e: u32) -> (u32, u32) {
+    let (g, t) = (lane / 4, lane % 4);
+    [(t, g), (t + 4, g)][e as usize]
+}
+
+pub fn c_element(lane: u32, e: u32) -> (u32, u32) {
+    let (g, t) = (lane / 4, lane % 4);
+    [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)][e as usize]
+}
+
+/// `d = a · b + c` over one warp's fragments (exact products, f64 sums: the CPU model checks
+/// positions, not rounding).
+pub fn mma(a: &[[f32; 4]; 32], b: &[[f32; 2]; 32], c: &mut [[f64; 4]; 32]) {
+    let mut am = [[0.0f64; 8]; 16];
+    let mut bm = [[0.0f64; 8]; 8];
+    for lane in 0..32 {
+        for e in 0..4 {
+            let (r, k) = a_element(lane, e);
+            am[r as usize][k as usize] = a[lane as usize][e as usize] as f64;
+        }
+        for e in 0..2 {
+            let (k, n) = b_element(lane, e);
+            bm[k as usize][n as usize] = b[lane as usize][e as usize] as f64;
+        }
+    }
+    for lane in 0..32 {
+        for e in 0..4 {
+            let (r, n) = c_element(lane, e);
+            c[lane as usize][e as usize] += (0..8).map(|k| am[r as usize][k] * bm[k][n as usize]).sum::<f64>();
+        }
     }
 }
