@@ -205,16 +205,19 @@ pub struct PlanarMut<'a, P> {
     pub im: &'a mut P,
 }
 
-/// Whether the column-major `g`'s A and B are stored with k contiguous: what a `Large`
-/// variant is compiled for.
+/// Whether the column-major `g`'s A and B are stored with k contiguous: what a `Large` or
+/// `Tensor` variant is compiled for.
 fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
     [cm.op_a != Op::N, cm.op_b == Op::N]
 }
 
 /// The variant the heuristic gives `g` (interleaved storage unless `planar`), from the
-/// measured bests of `bench cgemm --variant all` on the H200 (benches/NOTES.md):
+/// measured bests of `bench cgemm --variant all` (and `--variant tensor`) on the H200
+/// (benches/NOTES.md):
 /// - `Element` where C has one or two columns and at least 16 rows (matrix times vector);
-/// - `Large` 1 x 4 where C has 8 to 16 rows and at least 64 columns;
+/// - `Tensor` where k is at least 8 and C has at least 16 rows and 16 columns, 24 rows and 8
+///   columns, or 8 rows and 64 columns ([`tensor_tile`]);
+/// - `Large` 1 x 4 where C has 8 to 16 rows and at least 64 columns (k under 8);
 /// - `Whole` where the matrices fit a block whole: 1 row per thread up to 16 rows (then 1,
 ///   2 or 4 columns per thread from 1, 2 and 8 columns), 2 up to 32 (2 columns, 4 past 32);
 /// - else `Large` from 32 rows and 8 columns: 4 rows per thread from 64, else 2; 2
@@ -231,6 +234,9 @@ pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
         return element;
     }
     if !planar {
+        if cm.k >= 8 && (m >= 16 && n >= 16 || m >= 24 && n >= 8 || m >= 8 && n >= 64) {
+            return tensor_tile(m, n, kc);
+        }
         if (8..=16).contains(&m) && n >= 64 {
             return cgemm_tile(Family::Large, 1, 4, kc).expect("CGEMM_TILES has Large 1 x 4 for every layout");
         }
@@ -266,9 +272,28 @@ pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
     cgemm_tile(Family::Tiled, side(m), side(n), kc).expect("CGEMM_TILES covers every pair of 1, 2 and 4")
 }
 
+/// The `Tensor` tile for a column-major C of `m x n` (stored layouts `kc`): 64 x 8 for 8
+/// columns or fewer, 16 x 16 up to 16 x 16, 16 x 64 for 16 rows or fewer, 128 x 32 for tall C
+/// of 32 columns or fewer, 64 x 64 from 64 x 64, else 32 x 32 (the fastest on each of the
+/// H200's measured products).
+pub fn tensor_tile(m: usize, n: usize, kc: [bool; 2]) -> &'static CgemmTile {
+    let (bm, bn) = match (m, n) {
+        (_, ..=8) => (64, 8),
+        (..=16, ..=16) => (16, 16),
+        (..=16, _) => (16, 64),
+        (128.., ..=32) => (128, 32),
+        (64.., 64..) => (64, 64),
+        _ => (32, 32),
+    };
+    CGEMM_TILES
+        .iter()
+        .find(|t| t.k_contiguous == Some(kc) && t.mma.is_some_and(|mma| (mma.bm(), mma.bn()) == (bm, bn)))
+        .expect("CGEMM_TILES has these Tensor tiles for every layout")
+}
+
 /// How `tile` tiles `g` (sizes of the column-major problem); `None` where `tile` cannot
-/// compute it (a `Whole` one that cannot hold its matrices, a `Large` one compiled for
-/// other stored layouts).
+/// compute it (a `Whole` one that cannot hold its matrices, a `Large` or `Tensor` one
+/// compiled for other stored layouts).
 pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
     let cm = g.column_major();
     let u = |v: usize| v as u32; // validate() bounds every extent by i32::MAX
@@ -277,7 +302,9 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
         Family::Tiled => Some(CgemmShape::new(*tile, m, n, k, batch)),
         Family::Large => (tile.k_contiguous == Some(k_contiguous(&cm))).then(|| CgemmShape::large(*tile)),
         Family::Element => Some(CgemmShape::element(*tile)),
-        Family::Tensor => tile.mma.map(|mma| CgemmShape::tensor(*tile, mma)),
+        Family::Tensor => {
+            tile.mma.filter(|_| tile.k_contiguous == Some(k_contiguous(&cm))).map(|mma| CgemmShape::tensor(*tile, mma))
+        }
         Family::Whole => {
             let span = cm.validate().ok()?.span;
             if span[2] > i32::MAX as usize {
@@ -292,18 +319,21 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
 /// The bound the outputs of `tile` are held to against the f64 reference, per real part
 /// (`|c - v| ≤ tol · Σ|products| + floor`, see `kernels_gpu::verify`): the f32 summation of
 /// the `2k + 4` real products behind it ([`Tolerance::f32_sum`]); `Tensor` adds what 3xTF32
-/// costs, as in the grouped convolution's (`conv::igemm::tolerance`):
-/// - each input kept to 2^-22 (value plus residual, both rounded) and the product of the
-///   residuals dropped (≤ 2^-22): at most `3 · 2^-22` per product;
+/// costs:
+/// - each input split into a TF32 value (rounded, so the residual is within 2^-11 of the
+///   input) and a residual the tensor cores truncate to TF32 (within 2^-10 of itself, so
+///   2^-21 of the input), and the product of the residuals dropped (≤ 2^-22): at most
+///   `5 · 2^-22` per product, times `1 + 2^-10` for the values' own size;
 /// - the tensor cores truncate as they accumulate, up to an f32 ulp (2^-23) of the magnitude
-///   per mma within a chunk (3 per k-step); the chunks' sums are added in f32, which the
-///   summation bound covers.
+///   per mma within a chunk (6 per k-step and part: two real products, three mma each); the
+///   chunks' sums are added in f32, which the summation bound covers.
 pub fn tolerance(g: &BatchedGemm, tile: &CgemmTile) -> Tolerance {
     let sum = Tolerance::f32_sum(2 * g.k as u64 + 4);
     match tile.mma {
         Some(mma) => {
-            let chunk_mmas = 3.0 * mma.k_steps() as f64;
-            Tolerance { tol: sum.tol + 3.0 * 2f64.powi(-22) + chunk_mmas * 2f64.powi(-23), ..sum }
+            let split = 5.0 * 2f64.powi(-22) * (1.0 + 2f64.powi(-10));
+            let chunk_mmas = 6.0 * mma.k_steps() as f64;
+            Tolerance { tol: sum.tol + split + chunk_mmas * 2f64.powi(-23), ..sum }
         }
         None => sum,
     }
@@ -331,8 +361,8 @@ pub fn cgemm(
     cgemm_with_tile(gpu, stream, g, tile, alpha, a, b, beta, c)
 }
 
-/// [`cgemm`] with a variant of the caller's choice: any `Tiled` or `Tensor` one computes any
-/// problem; a `Whole` one needs matrices it holds and a `Large` one the stored layouts it was
+/// [`cgemm`] with a variant of the caller's choice: any `Tiled` one computes any problem; a
+/// `Whole` one needs matrices it holds and a `Large` or `Tensor` one the stored layouts it was
 /// compiled for (else [`Error::InvalidShape`]); `Whole` needs 16-byte-aligned A and B, and
 /// `Tensor` 8-byte-aligned A, B and C (else [`Error::Misaligned`]).
 #[allow(clippy::too_many_arguments)]

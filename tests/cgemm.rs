@@ -17,7 +17,7 @@ use convkit::{
 use kernels_gpu::{
     cgemm::{
         CGEMM_THREADS, CgemmShape, LARGE_BK, MmaTile, STAGE_ELEMENTS, ThreadCoords, large_element,
-        tensor::{SPLIT_STAGES, STAGES, split_tf32},
+        tensor::{STAGES, split_tf32},
     },
     random::mix,
 };
@@ -325,152 +325,152 @@ fn tf32_operand(bits: u32) -> f32 {
 
 /// The `Tensor` kernel on the CPU, launch by launch and block by block, on a tracked shared
 /// memory (a read before a write, or two threads racing between barriers, fails): every
-/// thread's copies (`copy_element`, `tensor_source`) into the raw stages, its splits
-/// (`split_tf32`) into the split stages, every warp's fragments read at `a_pair` / `b_pair`
-/// with the lanes' signs and multiplied in the PTX ISA's m16n8k8 layout (the three cross
-/// products exactly, in f64) chunk by chunk, and the accumulators staged at `acc_place` /
-/// `c_word` and stored. Each output written once.
+/// thread's copies (`copy_first`, `copy_step`, `tensor_copies`) into the stages at `a_slot` and
+/// `b_slot`, every warp's fragments read at `a_fragment` / `b_fragment`, split (`split_tf32`,
+/// read as the tensor cores read TF32) and multiplied in the PTX ISA's m16n8k8 layout (exact
+/// products, f64 sums) chunk by chunk, and the accumulators stored from `acc_place`. Each
+/// output written once.
 fn emulate_tensor(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
+    type Fragment<const N: usize> = [[f32; N]; 32];
+    /// A fragment's value and residual registers, per part (re, im).
+    struct Split<const N: usize> {
+        big: [Fragment<N>; 2],
+        small: [Fragment<N>; 2],
+    }
+    impl<const N: usize> Split<N> {
+        fn new() -> Self {
+            Split { big: [[[0.0; N]; 32]; 2], small: [[[0.0; N]; 32]; 2] }
+        }
+        fn set(&mut self, lane: u32, e: usize, v: Complex32, conj: bool) {
+            for (part, x) in [v.re, if conj { -v.im } else { v.im }].into_iter().enumerate() {
+                let (big, small) = split_tf32(x);
+                self.big[part][lane as usize][e] = tf32_operand(big);
+                self.small[part][lane as usize][e] = tf32_operand(small);
+            }
+        }
+    }
+    let negated = |f: &Fragment<2>| f.map(|r| r.map(|v| -v));
+
     let g = &case.g;
     let (a, b) = if g.layout == Layout::RowMajor { (b, a) } else { (a, b) };
-    let shape = cgemm::shape(g, tile).expect("a Tensor variant computes any interleaved problem");
+    let shape = cgemm::shape(g, tile).expect("a Tensor variant computes its stored layouts");
     let t: MmaTile = tile.mma.unwrap();
+    let kc = tile.k_contiguous.unwrap();
+    let stage_slots = t.stage_slots(kc);
     let warps = t.threads() / 32;
     let (mt, nt) = (t.m_tiles as usize, t.n_tiles as usize);
     let mut written = vec![0u8; c.len()];
     let input = c.to_vec();
     for (first, count, items) in cgemm::launches(g, &shape) {
         let p = cgemm::params(g, &shape, case.alpha, case.beta, first, count);
-        let kc = [p.op_a != Op::N as u32, p.op_b == Op::N as u32];
+        assert_eq!(kc, [p.op_a != Op::N as u32, p.op_b == Op::N as u32], "{case}: the variant's layouts");
         let conj = [p.op_a == Op::C as u32, p.op_b == Op::C as u32];
         for item in 0..items {
             let at = p.item_coords(item);
-            let mut smem = SharedMemory::<u32>::new((shape.smem_bytes() / 4) as usize);
-            let raw_word = |stage: u32, e: u32| 2 * (stage * t.raw_elements() + e);
-            let copy = |smem: &mut SharedMemory<u32>, stage: u32, chunk: u32| {
+            let mut smem = SharedMemory::<Complex32>::new((shape.smem_bytes() / 8) as usize);
+            let copy = |smem: &mut SharedMemory<Complex32>, stage: u32, chunk: u32| {
                 for thread in 0..t.threads() {
                     smem.item = thread;
-                    for u in 0..t.copies() {
-                        let e = thread + u * t.threads();
-                        let is_a = u < t.a_copies();
-                        let (index, l) = t.copy_element(e, is_a, kc[!is_a as usize]);
-                        let src = if is_a { a } else { b };
-                        let v = p
-                            .tensor_source(is_a, index, l, at, chunk * t.bk)
-                            .map_or(Complex32::ZERO, |o| src[o as usize]);
-                        smem.store(raw_word(stage, e), v.re.to_bits());
-                        smem.store(raw_word(stage, e) + 1, v.im.to_bits());
+                    for (is_a, src, copies) in [(true, a, t.a_copies()), (false, b, t.b_copies())] {
+                        let kc_x = kc[!is_a as usize];
+                        let first = t.copy_first(thread, is_a, kc_x);
+                        let sources = p.tensor_copies(is_a, kc_x, 0, at, first);
+                        for u in 0..copies {
+                            let step = t.copy_step(u, is_a, kc_x);
+                            let (index, l) = (first.0 + step.0, first.1 + step.1);
+                            let slot = if is_a { t.a_slot(index, l, kc[0]) } else { t.b_slot(l, index, kc) };
+                            assert!(slot < stage_slots, "{case}: a copy past its stage");
+                            let v = sources
+                                .source(kc_x, step, chunk * t.bk)
+                                .map_or(Complex32::ZERO, |address| src[address as usize / 8]);
+                            smem.store(stage * stage_slots + slot, v);
+                        }
                     }
                 }
             };
-            for stage in 0..STAGES.min(p.chunks) {
+            for stage in 0..(STAGES - 1).min(p.chunks) {
                 copy(&mut smem, stage, stage);
             }
-            let mut acc = vec![[[0.0f64; 4]; 32]; (warps as usize) * mt * nt];
+            let cells = (warps as usize) * mt * nt;
+            let (mut acc_re, mut acc_im) = (vec![[[0.0f64; 4]; 32]; cells], vec![[[0.0f64; 4]; 32]; cells]);
             for q in 0..p.chunks {
-                let (raw, split) = (q % STAGES, q % SPLIT_STAGES);
-                for thread in 0..t.threads() {
-                    smem.item = thread;
-                    for u in 0..t.copies() {
-                        let e = thread + u * t.threads();
-                        let is_a = u < t.a_copies();
-                        let (index, l) = t.copy_element(e, is_a, kc[!is_a as usize]);
-                        let re = f32::from_bits(smem.load(raw_word(raw, e)));
-                        let im = f32::from_bits(smem.load(raw_word(raw, e) + 1));
-                        let im = if conj[!is_a as usize] { -im } else { im };
-                        for (part, (big, small)) in [split_tf32(re), split_tf32(im)].into_iter().enumerate() {
-                            for (residual, v) in [(false, big), (true, small)] {
-                                let word = if is_a {
-                                    t.a_word(index, l, part as u32, residual)
-                                } else {
-                                    t.b_word(l, index, part as u32, residual)
-                                };
-                                assert!(word < t.split_words(), "{case}: a split past its stage");
-                                smem.store(t.split_stage(split) / 4 + word, v);
-                            }
-                        }
-                    }
-                }
                 smem.barrier();
-                if q + STAGES < p.chunks {
-                    copy(&mut smem, raw, q + STAGES);
+                let next = q + STAGES - 1;
+                if next < p.chunks {
+                    copy(&mut smem, next % STAGES, next);
                 }
-                let stage = t.split_stage(split) / 4;
+                let stage = (q % STAGES) * stage_slots;
                 for warp in 0..warps {
-                    let mut part = vec![[[0.0f64; 4]; 32]; mt * nt];
+                    let (mut part_re, mut part_im) =
+                        (vec![[[0.0f64; 4]; 32]; mt * nt], vec![[[0.0f64; 4]; 32]; mt * nt]);
                     for ks in 0..t.k_steps() {
-                        let mut x = vec![([[0.0f32; 4]; 32], [[0.0f32; 4]; 32]); mt];
-                        let mut y = vec![([[0.0f32; 2]; 32], [[0.0f32; 2]; 32]); nt];
+                        let mut x: Vec<Split<4>> = (0..mt).map(|_| Split::new()).collect();
+                        let mut y: Vec<Split<2>> = (0..nt).map(|_| Split::new()).collect();
                         for lane in 0..32 {
                             smem.item = warp * 32 + lane;
-                            let sign = if MmaTile::a_negated(lane) { -1.0 } else { 1.0 };
-                            for (i, (big, small)) in x.iter_mut().enumerate() {
-                                for h in 0..2u32 {
-                                    for (residual, regs) in [(false, &mut *big), (true, &mut *small)] {
-                                        let word = stage + t.a_load(lane, warp, i as u32, ks, h, residual);
-                                        assert!(word.is_multiple_of(2), "{case}: an 8-byte load off its alignment");
-                                        for d in 0..2 {
-                                            regs[lane as usize][(2 * h + d) as usize] =
-                                                sign * tf32_operand(smem.load(word + d));
-                                        }
-                                    }
+                            for (i, x) in x.iter_mut().enumerate() {
+                                for e in 0..4 {
+                                    let (r, l) = t.a_fragment(lane, warp, i as u32, ks, e);
+                                    x.set(lane, e as usize, smem.load(stage + t.a_slot(r, l, kc[0])), conj[0]);
                                 }
                             }
-                            for (j, (big, small)) in y.iter_mut().enumerate() {
-                                for (residual, regs) in [(false, &mut *big), (true, &mut *small)] {
-                                    let word = stage + t.b_load(lane, warp, j as u32, ks, residual);
-                                    assert!(word.is_multiple_of(2), "{case}: an 8-byte load off its alignment");
-                                    for d in 0..2 {
-                                        regs[lane as usize][d as usize] = tf32_operand(smem.load(word + d));
-                                    }
+                            for (j, y) in y.iter_mut().enumerate() {
+                                for e in 0..2 {
+                                    let (l, col) = t.b_fragment(lane, warp, j as u32, ks, e);
+                                    y.set(lane, e as usize, smem.load(stage + t.b_slot(l, col, kc)), conj[1]);
                                 }
                             }
                         }
-                        for (i, (xb, xs)) in x.iter().enumerate() {
-                            for (j, (yb, ys)) in y.iter().enumerate() {
-                                let cell = &mut part[i * nt + j];
-                                mma(xs, yb, cell);
-                                mma(xb, ys, cell);
-                                mma(xb, yb, cell);
+                        for (i, x) in x.iter().enumerate() {
+                            for (j, y) in y.iter().enumerate() {
+                                let (neg, neg_small) = (negated(&y.big[1]), negated(&y.small[1]));
+                                let re = &mut part_re[i * nt + j];
+                                mma(&x.small[0], &y.big[0], re);
+                                mma(&x.big[0], &y.small[0], re);
+                                mma(&x.small[1], &neg, re);
+                                mma(&x.big[1], &neg_small, re);
+                                mma(&x.big[0], &y.big[0], re);
+                                mma(&x.big[1], &neg, re);
+                                let im = &mut part_im[i * nt + j];
+                                mma(&x.small[0], &y.big[1], im);
+                                mma(&x.big[0], &y.small[1], im);
+                                mma(&x.small[1], &y.big[0], im);
+                                mma(&x.big[1], &y.small[0], im);
+                                mma(&x.big[0], &y.big[1], im);
+                                mma(&x.big[1], &y.big[0], im);
                             }
                         }
                     }
-                    for (cell, part) in acc[(warp as usize) * mt * nt..].iter_mut().zip(&part) {
-                        for (values, sums) in cell.iter_mut().zip(part) {
-                            for (v, s) in values.iter_mut().zip(sums) {
-                                *v += s;
+                    let cells = (warp as usize) * mt * nt..;
+                    for (acc, part) in [(&mut acc_re[cells.clone()], &part_re), (&mut acc_im[cells], &part_im)] {
+                        for (cell, part) in acc.iter_mut().zip(part) {
+                            for (values, sums) in cell.iter_mut().zip(part) {
+                                for (v, s) in values.iter_mut().zip(sums) {
+                                    *v += s;
+                                }
                             }
                         }
                     }
                 }
             }
-            smem.barrier();
+            let c_matrix = (p.batch_base + at.first as u64) * p.stride_c;
             for warp in 0..warps {
                 for lane in 0..32 {
-                    smem.item = warp * 32 + lane;
                     for i in 0..mt {
                         for j in 0..nt {
                             for e in 0..4 {
-                                let (r, part, col) = t.acc_place(lane, warp, i as u32, j as u32, e as u32);
-                                let value = acc[(warp as usize * mt + i) * nt + j][lane as usize][e as usize];
-                                smem.store(t.c_word(r, part, col), (value as f32).to_bits());
+                                let (r, col) = t.acc_place(lane, warp, i as u32, j as u32, e as u32);
+                                let (row, column) = (at.row0 + r, at.col0 + col);
+                                if row < p.m && column < p.n {
+                                    let cell = (warp as usize * mt + i) * nt + j;
+                                    let (re, im) = (acc_re[cell][lane as usize][e], acc_im[cell][lane as usize][e]);
+                                    let o = (c_matrix + row as u64 + column as u64 * p.ldc as u64) as usize;
+                                    written[o] += 1;
+                                    c[o] = p.epilogue(Complex32::new(re as f32, im as f32), || input[o]);
+                                }
                             }
                         }
                     }
-                }
-            }
-            smem.barrier();
-            let c_matrix = (p.batch_base + at.first as u64) * p.stride_c;
-            for e in 0..t.bm() * t.bn() {
-                smem.item = e % t.threads();
-                let (r, col) = (e % t.bm(), e / t.bm());
-                let (row, column) = (at.row0 + r, at.col0 + col);
-                if row < p.m && column < p.n {
-                    let part = |smem: &mut SharedMemory<u32>, q| f32::from_bits(smem.load(t.c_word(r, q, col)));
-                    let acc = Complex32::new(part(&mut smem, 0), part(&mut smem, 1));
-                    let o = (c_matrix + row as u64 + column as u64 * p.ldc as u64) as usize;
-                    written[o] += 1;
-                    c[o] = p.epilogue(acc, || input[o]);
                 }
             }
         }
@@ -628,7 +628,9 @@ fn shapes_fit_shared_memory_and_cover_their_tiles() {
     assert!(small.per_block >= 32, "{small:?}: many whole 4 x 4 matrices per block");
     assert_eq!(cgemm::choose_tile(&g, true).family, Family::Tiled, "planar storage takes the tiled kernel");
     let big = BatchedGemm::packed(64, 64, 64, 10, Op::N, Op::N, Layout::ColMajor);
-    assert_eq!(cgemm::choose_tile(&big, false).name, "cgemm_large_t4x2_mk");
+    assert_eq!(cgemm::choose_tile(&big, false).name, "cgemm_tc_64x64_mk");
+    let dense = BatchedGemm::packed(32, 256, 256, 10, Op::N, Op::N, Layout::RowMajor);
+    assert_eq!(cgemm::choose_tile(&dense, false).name, "cgemm_tc_128x32_mk", "C^T is 256 x 32");
     let gemv = BatchedGemm::packed(1, 256, 256, 10, Op::N, Op::N, Layout::RowMajor);
     assert_eq!(cgemm::choose_tile(&gemv, false).family, Family::Element, "x . W, one row of C");
     assert_eq!(cgemm::choose_tile(&big, true).name, "cgemm_t4x4");
@@ -659,52 +661,56 @@ fn verbatim_copies_cover_their_range_once() {
 }
 
 #[test]
-fn tensor_fragment_loads_and_output_stores_are_free_of_bank_conflicts() {
-    // 8-byte loads: each half-warp's words on distinct banks, or (A) a warp's 16 distinct
-    // pairs on distinct banks (its lanes share pairs, which the hardware broadcasts).
-    let distinct = |words: Vec<u32>| {
-        let mut words = words;
-        words.sort_unstable();
-        words.dedup();
-        let mut banks: Vec<u32> = words.iter().map(|w| w % 32).collect();
-        banks.sort_unstable();
-        banks.dedup();
-        banks.len() == words.len()
-    };
-    let pairs = |lanes: std::ops::Range<u32>, first: &dyn Fn(u32) -> u32| -> Vec<u32> {
-        lanes.flat_map(|l| [first(l), first(l) + 1]).collect()
+fn tensor_copies_step_by_constants_and_fragment_loads_are_free_of_bank_conflicts() {
+    // An 8-byte load is served per half-warp: its 16 slots must fall on 16 distinct pairs of
+    // banks (slot mod 16), in every stored layout.
+    let distinct = |slots: Vec<u32>| {
+        let mut pairs: Vec<u32> = slots.iter().map(|s| s % 16).collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        pairs.len() == slots.len()
     };
     for tile in CGEMM_TILES.iter().filter(|t| t.family == Family::Tensor) {
-        let t = tile.mma.unwrap();
+        let (t, kc) = (tile.mma.unwrap(), tile.k_contiguous.unwrap());
+        assert_eq!(t.bk % 8, 0, "{}: whole k-steps per chunk", tile.name);
         assert_eq!(t.bk * t.bm() % t.threads(), 0, "{}: A's copies fill whole rounds of threads", tile.name);
-        assert_eq!(t.raw_elements() % t.threads(), 0, "{}", tile.name);
+        assert_eq!(t.bk * t.bn() % t.threads(), 0, "{}: B's copies fill whole rounds of threads", tile.name);
+        assert_eq!(t.a_slots(kc[0]) % 2, 0, "{}: B's region 16-byte aligned", tile.name);
+        // Each copy's place is its thread's first plus a constant step, in stored order.
+        for (is_a, copies, kc) in [(true, t.a_copies(), kc[0]), (false, t.b_copies(), kc[1])] {
+            let before = if is_a { 0 } else { t.a_copies() * t.threads() };
+            for thread in 0..t.threads() {
+                for u in 0..copies {
+                    let (first, step) = (t.copy_first(thread, is_a, kc), t.copy_step(u, is_a, kc));
+                    let e = before + thread + u * t.threads();
+                    assert_eq!(t.copy_element(e, is_a, kc), (first.0 + step.0, first.1 + step.1), "{}", tile.name);
+                }
+            }
+        }
         for warp in 0..t.threads() / 32 {
             for ks in 0..t.k_steps() {
-                for residual in [false, true] {
+                for half in [0u32, 16] {
                     for i in 0..t.m_tiles {
-                        for h in 0..2 {
-                            let words = pairs(0..32, &|l| t.a_load(l, warp, i, ks, h, residual));
-                            assert!(distinct(words), "{}: A loads conflict", tile.name);
+                        for e in 0..4 {
+                            let slots = (half..half + 16)
+                                .map(|lane| {
+                                    let (r, l) = t.a_fragment(lane, warp, i, ks, e);
+                                    t.a_slot(r, l, kc[0])
+                                })
+                                .collect();
+                            assert!(distinct(slots), "{}: A loads conflict", tile.name);
                         }
                     }
                     for j in 0..t.n_tiles {
-                        for half in [0u32, 16] {
-                            let words = pairs(half..half + 16, &|l| t.b_load(l, warp, j, ks, residual));
-                            assert!(distinct(words), "{}: B loads conflict", tile.name);
+                        for e in 0..2 {
+                            let slots = (half..half + 16)
+                                .map(|lane| {
+                                    let (l, col) = t.b_fragment(lane, warp, j, ks, e);
+                                    t.b_slot(l, col, kc)
+                                })
+                                .collect();
+                            assert!(distinct(slots), "{}: B loads conflict", tile.name);
                         }
-                    }
-                }
-            }
-            for i in 0..t.m_tiles {
-                for j in 0..t.n_tiles {
-                    for e in 0..4 {
-                        let words = (0..32)
-                            .map(|l| {
-                                let (r, part, col) = t.acc_place(l, warp, i, j, e);
-                                t.c_word(r, part, col)
-                            })
-                            .collect();
-                        assert!(distinct(words), "{}: output staging conflicts", tile.name);
                     }
                 }
             }

@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use convkit::{
     Conv2d, Error, Gpu,
-    cgemm::{CGEMM_TILES, CgemmTile},
+    cgemm::{CGEMM_TILES, CgemmTile, Family},
     conv::cudnn::{MathClass, engines::ALL_HEURISTICS},
     direct,
     fft::fft2d_sizes,
@@ -306,18 +306,21 @@ struct CgemmBenchArgs {
     problems: CgemmProblems,
     #[command(flatten)]
     timing: TimedRunArgs,
-    /// Also time these variants (repeatable; `all` for every one that computes the problem).
+    /// Also time these variants (repeatable; `all` for every one that computes the problem,
+    /// `tensor` for every tensor-core one).
     #[arg(long = "variant", value_name = "NAME", value_parser = parse_variant)]
     variants: Vec<Vec<&'static CgemmTile>>,
 }
 
 fn parse_variant(name: &str) -> Result<Vec<&'static CgemmTile>, String> {
-    if name == "all" {
-        return Ok(CGEMM_TILES.iter().collect());
+    match name {
+        "all" => return Ok(CGEMM_TILES.iter().collect()),
+        "tensor" => return Ok(CGEMM_TILES.iter().filter(|t| t.family == Family::Tensor).collect()),
+        _ => {}
     }
     CGEMM_TILES.iter().find(|t| t.name == name).map(|t| vec![t]).ok_or_else(|| {
         format!(
-            "no cgemm variant `{name}`; one of: all, {}",
+            "no cgemm variant `{name}`; one of: all, tensor, {}",
             CGEMM_TILES.iter().map(|t| t.name).collect::<Vec<_>>().join(", ")
         )
     })

@@ -146,7 +146,8 @@ pub fn transforms_s(t: u32, blocks: u64, transforms: f64) -> f64 {
 /// 25 TFLOP/s, a Tiled one the 64 x 5 x 64 ones at 3).
 pub fn gemm_rate(g: &BatchedGemm) -> f64 {
     match choose_tile(g, false).family {
-        // The heuristic does not pick Tensor yet; Large's rate until it does.
+        // Tensor took over Large's products at 2.3x its speed on the 64 x 8 x 64 one (cgemm
+        // bench); the model keeps Large's rate until it is refitted to FFT convolutions.
         Family::Large | Family::Tensor => 25e12,
         Family::Whole => 10e12,
         Family::Tiled | Family::Element => 3e12,

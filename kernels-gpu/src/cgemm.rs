@@ -77,12 +77,12 @@ pub enum Family {
     /// tile, shared-memory reads at constant offsets. Compiled per stored layout of A and B
     /// (whether k is contiguous in each); interleaved storage.
     Large,
-    /// One thread per output, operands read through L1 (no shared memory), k unrolled by 4:
+    /// One thread per output, operands read through L1 (no shared memory), k unrolled by 8:
     /// matrix-vector shapes (C with one or two columns), where a tile would idle threads.
     Element,
     /// A `bm x bn` tile of one matrix per block on the tensor cores, 3xTF32 (an error within
-    /// `3 · 2^-22` of each product's magnitude beyond f32 summation's), interleaved storage
-    /// (8-byte aligned), any ops and layouts: [`tensor`].
+    /// `5 · 2^-22` of each product's magnitude beyond f32 summation's), interleaved storage
+    /// (8-byte aligned), any ops; compiled per stored layout of A and B: [`tensor`].
     Tensor,
 }
 
@@ -98,7 +98,7 @@ pub struct CgemmTile {
     pub tm: u32,
     /// Columns of C per thread (`Tensor`: per warp).
     pub tn: u32,
-    /// `Large` only: whether the variant takes A, and B, stored with k contiguous (A
+    /// `Large` and `Tensor`: whether the variant takes A, and B, stored with k contiguous (A
     /// transposed or conjugated, B as is); the others take any layout.
     pub k_contiguous: Option<[bool; 2]>,
     /// `Tensor` only: its warps, accumulators and k-chunk.
@@ -179,12 +179,294 @@ cgemm_tiles!(
     (cgemm_large_t1x4_kn, Large, 1, 4, Some([true, false]), None, large::<1, 4, true, false>),
     (cgemm_large_t1x4_kk, Large, 1, 4, Some([true, true]), None, large::<1, 4, true, true>),
     (cgemm_element, Element, 1, 1, None, None, element),
-    (cgemm_tc_32x32, Tensor, 16, 16, None, Some(mma(2, 2, 2, 2, 16)), tensor::<2, 2, 2, 2, 16>),
-    (cgemm_tc_64x32, Tensor, 32, 16, None, Some(mma(2, 2, 4, 2, 16)), tensor::<2, 2, 4, 2, 16>),
-    (cgemm_tc_32x64, Tensor, 16, 32, None, Some(mma(2, 2, 2, 4, 16)), tensor::<2, 2, 2, 4, 16>),
-    (cgemm_tc_64x64, Tensor, 32, 32, None, Some(mma(2, 2, 4, 4, 8)), tensor::<2, 2, 4, 4, 8>),
-    (cgemm_tc_16x64, Tensor, 16, 16, None, Some(mma(1, 4, 2, 2, 16)), tensor::<1, 4, 2, 2, 16>),
-    (cgemm_tc_64x8, Tensor, 16, 8, None, Some(mma(4, 1, 2, 1, 16)), tensor::<4, 1, 2, 1, 16>),
+    (
+        cgemm_tc_16x16_mn,
+        Tensor,
+        16,
+        8,
+        Some([false, false]),
+        Some(mma(1, 2, 1, 1, 16)),
+        tensor::<1, 2, 1, 1, 16, false, false>
+    ),
+    (
+        cgemm_tc_16x16_mk,
+        Tensor,
+        16,
+        8,
+        Some([false, true]),
+        Some(mma(1, 2, 1, 1, 16)),
+        tensor::<1, 2, 1, 1, 16, false, true>
+    ),
+    (
+        cgemm_tc_16x16_kn,
+        Tensor,
+        16,
+        8,
+        Some([true, false]),
+        Some(mma(1, 2, 1, 1, 16)),
+        tensor::<1, 2, 1, 1, 16, true, false>
+    ),
+    (
+        cgemm_tc_16x16_kk,
+        Tensor,
+        16,
+        8,
+        Some([true, true]),
+        Some(mma(1, 2, 1, 1, 16)),
+        tensor::<1, 2, 1, 1, 16, true, true>
+    ),
+    (
+        cgemm_tc_32x32_mn,
+        Tensor,
+        16,
+        16,
+        Some([false, false]),
+        Some(mma(2, 2, 1, 2, 16)),
+        tensor::<2, 2, 1, 2, 16, false, false>
+    ),
+    (
+        cgemm_tc_32x32_mk,
+        Tensor,
+        16,
+        16,
+        Some([false, true]),
+        Some(mma(2, 2, 1, 2, 16)),
+        tensor::<2, 2, 1, 2, 16, false, true>
+    ),
+    (
+        cgemm_tc_32x32_kn,
+        Tensor,
+        16,
+        16,
+        Some([true, false]),
+        Some(mma(2, 2, 1, 2, 16)),
+        tensor::<2, 2, 1, 2, 16, true, false>
+    ),
+    (
+        cgemm_tc_32x32_kk,
+        Tensor,
+        16,
+        16,
+        Some([true, true]),
+        Some(mma(2, 2, 1, 2, 16)),
+        tensor::<2, 2, 1, 2, 16, true, true>
+    ),
+    (
+        cgemm_tc_64x32_mn,
+        Tensor,
+        32,
+        16,
+        Some([false, false]),
+        Some(mma(2, 2, 2, 2, 16)),
+        tensor::<2, 2, 2, 2, 16, false, false>
+    ),
+    (
+        cgemm_tc_64x32_mk,
+        Tensor,
+        32,
+        16,
+        Some([false, true]),
+        Some(mma(2, 2, 2, 2, 16)),
+        tensor::<2, 2, 2, 2, 16, false, true>
+    ),
+    (
+        cgemm_tc_64x32_kn,
+        Tensor,
+        32,
+        16,
+        Some([true, false]),
+        Some(mma(2, 2, 2, 2, 16)),
+        tensor::<2, 2, 2, 2, 16, true, false>
+    ),
+    (
+        cgemm_tc_64x32_kk,
+        Tensor,
+        32,
+        16,
+        Some([true, true]),
+        Some(mma(2, 2, 2, 2, 16)),
+        tensor::<2, 2, 2, 2, 16, true, true>
+    ),
+    (
+        cgemm_tc_64x64_mn,
+        Tensor,
+        32,
+        32,
+        Some([false, false]),
+        Some(mma(2, 2, 2, 4, 16)),
+        tensor::<2, 2, 2, 4, 16, false, false>
+    ),
+    (
+        cgemm_tc_64x64_mk,
+        Tensor,
+        32,
+        32,
+        Some([false, true]),
+        Some(mma(2, 2, 2, 4, 16)),
+        tensor::<2, 2, 2, 4, 16, false, true>
+    ),
+    (
+        cgemm_tc_64x64_kn,
+        Tensor,
+        32,
+        32,
+        Some([true, false]),
+        Some(mma(2, 2, 2, 4, 16)),
+        tensor::<2, 2, 2, 4, 16, true, false>
+    ),
+    (
+        cgemm_tc_64x64_kk,
+        Tensor,
+        32,
+        32,
+        Some([true, true]),
+        Some(mma(2, 2, 2, 4, 16)),
+        tensor::<2, 2, 2, 4, 16, true, true>
+    ),
+    (
+        cgemm_tc_128x32_mn,
+        Tensor,
+        32,
+        32,
+        Some([false, false]),
+        Some(mma(4, 1, 2, 4, 16)),
+        tensor::<4, 1, 2, 4, 16, false, false>
+    ),
+    (
+        cgemm_tc_128x32_mk,
+        Tensor,
+        32,
+        32,
+        Some([false, true]),
+        Some(mma(4, 1, 2, 4, 16)),
+        tensor::<4, 1, 2, 4, 16, false, true>
+    ),
+    (
+        cgemm_tc_128x32_kn,
+        Tensor,
+        32,
+        32,
+        Some([true, false]),
+        Some(mma(4, 1, 2, 4, 16)),
+        tensor::<4, 1, 2, 4, 16, true, false>
+    ),
+    (
+        cgemm_tc_128x32_kk,
+        Tensor,
+        32,
+        32,
+        Some([true, true]),
+        Some(mma(4, 1, 2, 4, 16)),
+        tensor::<4, 1, 2, 4, 16, true, true>
+    ),
+    (
+        cgemm_tc_32x64_mn,
+        Tensor,
+        32,
+        16,
+        Some([false, false]),
+        Some(mma(1, 4, 2, 2, 16)),
+        tensor::<1, 4, 2, 2, 16, false, false>
+    ),
+    (
+        cgemm_tc_32x64_mk,
+        Tensor,
+        32,
+        16,
+        Some([false, true]),
+        Some(mma(1, 4, 2, 2, 16)),
+        tensor::<1, 4, 2, 2, 16, false, true>
+    ),
+    (
+        cgemm_tc_32x64_kn,
+        Tensor,
+        32,
+        16,
+        Some([true, false]),
+        Some(mma(1, 4, 2, 2, 16)),
+        tensor::<1, 4, 2, 2, 16, true, false>
+    ),
+    (
+        cgemm_tc_32x64_kk,
+        Tensor,
+        32,
+        16,
+        Some([true, true]),
+        Some(mma(1, 4, 2, 2, 16)),
+        tensor::<1, 4, 2, 2, 16, true, true>
+    ),
+    (
+        cgemm_tc_64x8_mn,
+        Tensor,
+        16,
+        8,
+        Some([false, false]),
+        Some(mma(4, 1, 1, 1, 16)),
+        tensor::<4, 1, 1, 1, 16, false, false>
+    ),
+    (
+        cgemm_tc_64x8_mk,
+        Tensor,
+        16,
+        8,
+        Some([false, true]),
+        Some(mma(4, 1, 1, 1, 16)),
+        tensor::<4, 1, 1, 1, 16, false, true>
+    ),
+    (
+        cgemm_tc_64x8_kn,
+        Tensor,
+        16,
+        8,
+        Some([true, false]),
+        Some(mma(4, 1, 1, 1, 16)),
+        tensor::<4, 1, 1, 1, 16, true, false>
+    ),
+    (
+        cgemm_tc_64x8_kk,
+        Tensor,
+        16,
+        8,
+        Some([true, true]),
+        Some(mma(4, 1, 1, 1, 16)),
+        tensor::<4, 1, 1, 1, 16, true, true>
+    ),
+    (
+        cgemm_tc_16x64_mn,
+        Tensor,
+        16,
+        16,
+        Some([false, false]),
+        Some(mma(1, 4, 1, 2, 16)),
+        tensor::<1, 4, 1, 2, 16, false, false>
+    ),
+    (
+        cgemm_tc_16x64_mk,
+        Tensor,
+        16,
+        16,
+        Some([false, true]),
+        Some(mma(1, 4, 1, 2, 16)),
+        tensor::<1, 4, 1, 2, 16, false, true>
+    ),
+    (
+        cgemm_tc_16x64_kn,
+        Tensor,
+        16,
+        16,
+        Some([true, false]),
+        Some(mma(1, 4, 1, 2, 16)),
+        tensor::<1, 4, 1, 2, 16, true, false>
+    ),
+    (
+        cgemm_tc_16x64_kk,
+        Tensor,
+        16,
+        16,
+        Some([true, true]),
+        Some(mma(1, 4, 1, 2, 16)),
+        tensor::<1, 4, 1, 2, 16, true, true>
+    ),
 );
 
 /// A `Tensor` variant's [`MmaTile`].
@@ -192,8 +474,8 @@ const fn mma(warp_rows: u32, warp_cols: u32, m_tiles: u32, n_tiles: u32, bk: u32
     MmaTile { warp_rows, warp_cols, m_tiles, n_tiles, bk }
 }
 
-/// The variant of `family` with a `tm x tn` register tile (and, for `Large`, the stored
-/// layouts `k_contiguous`), if the PTX has it.
+/// The variant of `family` with a `tm x tn` register tile (for `Large` and `Tensor`, compiled
+/// for the stored layouts `k_contiguous`), if the PTX has it.
 pub fn cgemm_tile(family: Family, tm: u32, tn: u32, k_contiguous: [bool; 2]) -> Option<&'static CgemmTile> {
     CGEMM_TILES
         .iter()
@@ -387,20 +669,15 @@ impl CgemmShape {
     }
 
     /// Elements (complex) between rows `l` and `l + 1` of a staged `op(A)` chunk, which
-    /// holds `op(A)[row, l]` at `l · a_pitch + row`.
+    /// holds `op(A)[row, l]` at `l · a_pitch + row` (`Tiled` and `Large`; a `Tensor` stage
+    /// keeps the stored layout, [`MmaTile::a_slot`]).
     pub const fn a_pitch(&self) -> u32 {
-        match self.tile.mma {
-            Some(mma) => mma.a_pitch(),
-            None => odd(self.bm),
-        }
+        odd(self.bm)
     }
 
-    /// Elements between columns of a staged `op(B)` chunk (`Tensor`: its columns hold k).
+    /// Elements between columns of a staged `op(B)` chunk.
     pub const fn b_pitch(&self) -> u32 {
-        match self.tile.mma {
-            Some(mma) => mma.b_pitch(),
-            None => odd(self.bn),
-        }
+        odd(self.bn)
     }
 
     /// Elements between the staged chunks of consecutive matrices.
@@ -423,7 +700,12 @@ impl CgemmShape {
             Family::Large => return 2 * 8 * LARGE_BK * (self.a_pitch() + self.b_pitch()),
             Family::Element => return 0,
             // Every Tensor tile has its MmaTile (CGEMM_TILES is constant, and tested).
-            Family::Tensor => return if let Some(mma) = self.tile.mma { mma.smem_bytes() } else { 0 },
+            Family::Tensor => {
+                return match (self.tile.mma, self.tile.k_contiguous) {
+                    (Some(mma), Some(kc)) => mma.smem_bytes(kc),
+                    _ => 0,
+                };
+            }
             Family::Tiled => {}
         }
         let overreach = self.tile.tm * self.thread_rows - self.bm + self.tile.tn * self.thread_cols - self.bn;
@@ -1165,9 +1447,9 @@ mod kernel {
 
     /// One output per thread (work item = output): its row of `op(A)` and column of `op(B)`
     /// read straight from global memory (through L1, which holds what neighbouring threads
-    /// share), four k-steps of loads in flight at a time.
+    /// share), eight k-steps of loads in flight at a time.
     pub unsafe fn element(p: &CgemmParams) {
-        const UNROLL: u32 = 4;
+        const UNROLL: u32 = 8;
         let item = block_idx_x() * CGEMM_THREADS + thread_idx_x();
         if item >= p.items {
             return;
