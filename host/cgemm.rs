@@ -302,9 +302,10 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
         Family::Tiled => Some(CgemmShape::new(*tile, m, n, k, batch)),
         Family::Large => (tile.k_contiguous == Some(k_contiguous(&cm))).then(|| CgemmShape::large(*tile)),
         Family::Element => Some(CgemmShape::element(*tile)),
-        Family::Tensor => {
-            tile.mma.filter(|_| tile.k_contiguous == Some(k_contiguous(&cm))).map(|mma| CgemmShape::tensor(*tile, mma))
-        }
+        Family::Tensor => tile
+            .mma
+            .filter(|_| tile.k_contiguous == Some(k_contiguous(&cm)))
+            .map(|mma| CgemmShape::tensor(*tile, mma, k)),
         Family::Whole => {
             let span = cm.validate().ok()?.span;
             if span[2] > i32::MAX as usize {

@@ -559,6 +559,10 @@ pub struct CgemmShape {
     /// Threads along the rows and the columns of one matrix's tile.
     pub thread_rows: u32,
     pub thread_cols: u32,
+    /// Chunks of k a block's shared memory holds at once: `Large` two, `Tensor` up to
+    /// [`tensor::STAGES`] (no more than the problem has: a short k leaves room for more blocks
+    /// per SM), the others one.
+    pub stages: u32,
 }
 
 impl CgemmShape {
@@ -580,7 +584,18 @@ impl CgemmShape {
                 let rounds = if bk == k { min(STAGE_ELEMENTS / (per_l * k), batch.div_ceil(per_round)) } else { 1 };
                 let rounds = max(rounds, 1);
                 let per_block = per_round * rounds;
-                return CgemmShape { tile, bm, bn, bk, per_round, rounds, per_block, thread_rows, thread_cols };
+                return CgemmShape {
+                    tile,
+                    bm,
+                    bn,
+                    bk,
+                    per_round,
+                    rounds,
+                    per_block,
+                    thread_rows,
+                    thread_cols,
+                    stages: 1,
+                };
             }
             per_round /= 2;
         }
@@ -618,7 +633,18 @@ impl CgemmShape {
         let per_block = min(fits, batch);
         let per_round = min(per_round, per_block);
         let rounds = per_block.div_ceil(per_round);
-        Some(CgemmShape { tile, bm: m, bn: n, bk: k, per_round, rounds, per_block, thread_rows, thread_cols })
+        Some(CgemmShape {
+            tile,
+            bm: m,
+            bn: n,
+            bk: k,
+            per_round,
+            rounds,
+            per_block,
+            thread_rows,
+            thread_cols,
+            stages: 1,
+        })
     }
 
     /// The shape of a `Large` variant: one `16·TM x 16·TN` tile of one matrix per item.
@@ -635,16 +661,29 @@ impl CgemmShape {
             per_block: 1,
             thread_rows: side,
             thread_cols: side,
+            stages: 2,
         }
     }
 
     /// The shape of the `Element` variant: a work item is one output.
     pub const fn element(tile: CgemmTile) -> CgemmShape {
-        CgemmShape { tile, bm: 1, bn: 1, bk: 1, per_round: 1, rounds: 1, per_block: 1, thread_rows: 1, thread_cols: 1 }
+        CgemmShape {
+            tile,
+            bm: 1,
+            bn: 1,
+            bk: 1,
+            per_round: 1,
+            rounds: 1,
+            per_block: 1,
+            thread_rows: 1,
+            thread_cols: 1,
+            stages: 1,
+        }
     }
 
-    /// The shape of a `Tensor` variant: one `bm x bn` tile of one matrix per item.
-    pub const fn tensor(tile: CgemmTile, mma: MmaTile) -> CgemmShape {
+    /// The shape of a `Tensor` variant for k of `k`: one `bm x bn` tile of one matrix per item.
+    pub const fn tensor(tile: CgemmTile, mma: MmaTile, k: u32) -> CgemmShape {
+        let chunks = k.div_ceil(mma.bk);
         CgemmShape {
             tile,
             bm: mma.bm(),
@@ -655,6 +694,7 @@ impl CgemmShape {
             per_block: 1,
             thread_rows: mma.warp_rows,
             thread_cols: mma.warp_cols,
+            stages: max(min(chunks, tensor::STAGES), 1),
         }
     }
 
@@ -697,12 +737,12 @@ impl CgemmShape {
             // The footprints of every matrix, within WHOLE_ELEMENTS by construction.
             Family::Whole => return 8 * WHOLE_ELEMENTS,
             // Two stages of both chunks.
-            Family::Large => return 2 * 8 * LARGE_BK * (self.a_pitch() + self.b_pitch()),
+            Family::Large => return self.stages * 8 * LARGE_BK * (self.a_pitch() + self.b_pitch()),
             Family::Element => return 0,
             // Every Tensor tile has its MmaTile (CGEMM_TILES is constant, and tested).
             Family::Tensor => {
                 return match (self.tile.mma, self.tile.k_contiguous) {
-                    (Some(mma), Some(kc)) => mma.smem_bytes(kc),
+                    (Some(mma), Some(kc)) => 8 * self.stages * mma.stage_slots(kc),
                     _ => 0,
                 };
             }

@@ -26,7 +26,9 @@
 
 use super::{BlockCoords, CgemmParams};
 
-/// Stages of chunks in shared memory: two in flight while one is multiplied.
+/// Stages of chunks in shared memory: two in flight while one is multiplied. A block of a
+/// problem with fewer chunks gets only as many (`CgemmShape::stages`): stage `s` is touched
+/// only by chunk `s` and those `STAGES` later.
 pub const STAGES: u32 = 3;
 
 /// A `Tensor` variant's warps, accumulator tiles and k-chunk.
@@ -92,10 +94,6 @@ impl MmaTile {
     /// A stage's slots for the stored layouts `[A, B]` (k contiguous in each).
     pub const fn stage_slots(&self, [a_kc, b_kc]: [bool; 2]) -> u32 {
         self.a_slots(a_kc) + self.b_slots(b_kc)
-    }
-
-    pub const fn smem_bytes(&self, kc: [bool; 2]) -> u32 {
-        8 * STAGES * self.stage_slots(kc)
     }
 
     /// Copies per thread per chunk of A, and of B (the tiles keep each operand's chunk a
