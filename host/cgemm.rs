@@ -532,6 +532,8 @@ pub fn params(
         b_matrix: shape.b_matrix(),
         a_extent: spans[0].min(u32::MAX as usize) as u32,
         b_extent: spans[1].min(u32::MAX as usize) as u32,
+        a_pairs: 0,
+        b_pairs: 0,
         tiles: div(row_tiles * col_tiles),
         row_tiles: div(row_tiles),
         threads_per_matrix: div(shape.thread_rows * shape.thread_cols),
@@ -541,6 +543,16 @@ pub fn params(
         b_chunk: div(shape.bk * shape.bn),
         b_inner: div(b_inner),
     }
+}
+
+/// Marks in `p` (its addresses set) the interleaved operands whose element pairs along the
+/// stored lines start 16-byte aligned: an aligned buffer, even leading dimension and batch
+/// stride (the tiles start lines at even offsets).
+pub fn set_pairs(p: &mut CgemmParams) {
+    let aligned = |address: u64, ld: u32, stride: u64| {
+        (p.planar == 0 && address.is_multiple_of(16) && ld.is_multiple_of(2) && stride.is_multiple_of(2)) as u32
+    };
+    (p.a_pairs, p.b_pairs) = (aligned(p.a, p.lda, p.stride_a), aligned(p.b, p.ldb, p.stride_b));
 }
 
 /// The launches that cover `g`'s batch: `(first, count, items)`, each within [`MAX_ITEMS`]
@@ -591,6 +603,7 @@ fn launch(
         (p.a, p.a_im, p.b, p.b_im, p.c, p.c_im) = (a[0], a[1], b[0], b[1], c[0], c[1]);
         (p.a_len, p.b_len) = (lengths[0], lengths[1]);
         p.planar = planar as u32;
+        set_pairs(&mut p);
         // An Element block covers 256 items (outputs); the others one item at a time.
         let blocks = if tile.family == Family::Element { items.div_ceil(CGEMM_THREADS) } else { items.min(resident) };
         let cfg = LaunchConfig {

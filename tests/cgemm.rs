@@ -362,7 +362,8 @@ fn emulate_tensor(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Comp
     let mut written = vec![0u8; c.len()];
     let input = c.to_vec();
     for (first, count, items) in cgemm::launches(g, &shape) {
-        let p = cgemm::params(g, &shape, case.alpha, case.beta, first, count);
+        let mut p = cgemm::params(g, &shape, case.alpha, case.beta, first, count);
+        cgemm::set_pairs(&mut p); // buffers at address 0: pairs wherever the strides allow
         assert_eq!(kc, [p.op_a != Op::N as u32, p.op_b == Op::N as u32], "{case}: the variant's layouts");
         let conj = [p.op_a == Op::C as u32, p.op_b == Op::C as u32];
         for item in 0..items {
@@ -371,19 +372,35 @@ fn emulate_tensor(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Comp
             let copy = |smem: &mut SharedMemory<Complex32>, stage: u32, chunk: u32| {
                 for thread in 0..t.threads() {
                     smem.item = thread;
-                    for (is_a, src, copies) in [(true, a, t.a_copies()), (false, b, t.b_copies())] {
+                    for (is_a, src) in [(true, a), (false, b)] {
                         let kc_x = kc[!is_a as usize];
-                        let first = t.copy_first(thread, is_a, kc_x);
+                        let pairs = p.a_pairs != 0 && p.b_pairs != 0 && t.pairs_fit(is_a, kc_x);
+                        let first = t.copy_first(thread, is_a, kc_x, pairs);
                         let sources = p.tensor_copies(is_a, kc_x, 0, at, first);
-                        for u in 0..copies {
-                            let step = t.copy_step(u, is_a, kc_x);
+                        for u in 0..t.copies(is_a, pairs) {
+                            let step = t.copy_step(u, is_a, kc_x, pairs);
                             let (index, l) = (first.0 + step.0, first.1 + step.1);
-                            let slot = if is_a { t.a_slot(index, l, kc[0]) } else { t.b_slot(l, index, kc) };
-                            assert!(slot < stage_slots, "{case}: a copy past its stage");
-                            let v = sources
-                                .source(kc_x, step, chunk * t.bk)
-                                .map_or(Complex32::ZERO, |address| src[address as usize / 8]);
-                            smem.store(stage * stage_slots + slot, v);
+                            let (address, bytes) = if pairs {
+                                sources.pair_source(kc_x, step, chunk * t.bk)
+                            } else {
+                                let address = sources.source(kc_x, step, chunk * t.bk);
+                                (address, if address.is_some() { 8 } else { 0 })
+                            };
+                            // The pair's second element is the next along the stored line.
+                            let (d_index, d_l) = if kc_x { (0, 1) } else { (1, 0) };
+                            for (h, (index, l)) in [(index, l), (index + d_index, l + d_l)]
+                                .into_iter()
+                                .enumerate()
+                                .take(1 + pairs as usize)
+                            {
+                                let slot = if is_a { t.a_slot(index, l, kc[0]) } else { t.b_slot(l, index, kc) };
+                                assert!(slot < stage_slots, "{case}: a copy past its stage");
+                                let v = match address {
+                                    Some(address) if 8 * h < bytes as usize => src[address as usize / 8 + h],
+                                    _ => Complex32::ZERO,
+                                };
+                                smem.store(stage * stage_slots + slot, v);
+                            }
                         }
                     }
                 }
@@ -676,12 +693,32 @@ fn tensor_copies_step_by_constants_and_fragment_loads_are_free_of_bank_conflicts
         assert_eq!(t.bk * t.bm() % t.threads(), 0, "{}: A's copies fill whole rounds of threads", tile.name);
         assert_eq!(t.bk * t.bn() % t.threads(), 0, "{}: B's copies fill whole rounds of threads", tile.name);
         assert_eq!(t.a_slots(kc[0]) % 2, 0, "{}: B's region 16-byte aligned", tile.name);
-        // Each copy's place is its thread's first plus a constant step, in stored order.
-        for (is_a, copies, kc) in [(true, t.a_copies(), kc[0]), (false, t.b_copies(), kc[1])] {
-            let before = if is_a { 0 } else { t.a_copies() * t.threads() };
+        // Where pairs fit, each pair's place is its thread's first plus a constant step, and
+        // the pairs cover the chunk once.
+        for (is_a, kc) in [(true, kc[0]), (false, kc[1])] {
+            if !t.pairs_fit(is_a, kc) {
+                continue;
+            }
+            let (extent, line_along_k) = (if is_a { t.bm() } else { t.bn() }, kc);
+            let mut seen = vec![0u8; (extent * t.bk) as usize];
             for thread in 0..t.threads() {
-                for u in 0..copies {
-                    let (first, step) = (t.copy_first(thread, is_a, kc), t.copy_step(u, is_a, kc));
+                for u in 0..t.copies(is_a, true) {
+                    let (first, step) = (t.copy_first(thread, is_a, kc, true), t.copy_step(u, is_a, kc, true));
+                    let (index, l) = (first.0 + step.0, first.1 + step.1);
+                    let second = if line_along_k { (index, l + 1) } else { (index + 1, l) };
+                    for (index, l) in [(index, l), second] {
+                        seen[(index * t.bk + l) as usize] += 1;
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&n| n == 1), "{}: pairs cover the chunk once", tile.name);
+        }
+        // Each copy's place is its thread's first plus a constant step, in stored order.
+        for (is_a, kc) in [(true, kc[0]), (false, kc[1])] {
+            let before = if is_a { 0 } else { t.copies(true, false) * t.threads() };
+            for thread in 0..t.threads() {
+                for u in 0..t.copies(is_a, false) {
+                    let (first, step) = (t.copy_first(thread, is_a, kc, false), t.copy_step(u, is_a, kc, false));
                     let e = before + thread + u * t.threads();
                     assert_eq!(t.copy_element(e, is_a, kc), (first.0 + step.0, first.1 + step.1), "{}", tile.name);
                 }

@@ -828,6 +828,11 @@ pub struct CgemmParams {
     /// Elements one stored matrix of A and of B spans (`Whole` copies these).
     pub a_extent: u32,
     pub b_extent: u32,
+    /// `Tensor`: 1 where the operand's pairs of elements along its stored lines start 16-byte
+    /// aligned (aligned buffer, even leading dimension and batch stride), so its copies may
+    /// take them two at a time; else 0.
+    pub a_pairs: u32,
+    pub b_pairs: u32,
     /// Splits a work item into (matrix group, tile) and a tile into (column tile, row tile).
     pub tiles: MagicDiv,
     pub row_tiles: MagicDiv,

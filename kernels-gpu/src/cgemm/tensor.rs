@@ -8,9 +8,10 @@
 //! both parts of its outputs.
 //!
 //! Per chunk of `bk` complex k:
-//! - **Copy**: 8-byte `cp.async` of each element, in stored order (coalesced for any layout;
-//!   each thread's sources formed once, [`MmaTile::copy_step`]), into a stage that keeps the
-//!   stored layout: lines along the contiguous extent, padded to
+//! - **Copy**: `cp.async` of each element (8 bytes), or of pairs along the stored lines (16
+//!   bytes, where the host found them aligned: `CgemmParams::a_pairs`), in stored order
+//!   (coalesced for any layout; each thread's sources formed once, [`MmaTile::copy_step`]),
+//!   into a stage that keeps the stored layout: lines along the contiguous extent, padded to
 //!   `≡ 4 (mod 16)` slots (see [`MmaTile::pitch`]); zeros past the matrix or k. [`STAGES`]
 //!   stages: two chunks in flight while one is multiplied, one barrier per chunk.
 //! - **Multiply**: per k-step, each lane loads its fragment elements, conjugates where the op
@@ -96,36 +97,49 @@ impl MmaTile {
         self.a_slots(a_kc) + self.b_slots(b_kc)
     }
 
-    /// Copies per thread per chunk of A, and of B (the tiles keep each operand's chunk a
-    /// multiple of the threads).
-    pub const fn a_copies(&self) -> u32 {
-        self.bk * self.bm() / self.threads()
-    }
-
-    pub const fn b_copies(&self) -> u32 {
-        self.bk * self.bn() / self.threads()
+    /// Copies per thread per chunk of an operand, of single elements or of `pairs` (the tiles
+    /// keep each operand's chunk a multiple of the threads; pairs only where
+    /// [`Self::pairs_fit`]).
+    pub const fn copies(&self, is_a: bool, pairs: bool) -> u32 {
+        self.bk * if is_a { self.bm() } else { self.bn() } / self.threads() / (1 + pairs as u32)
     }
 
     /// Copy `e` of a chunk, in stored order (A's `bm x bk`, then B's `bk x bn`): its row (A's)
     /// or column (B's) in the tile and its l in the chunk.
     #[inline(always)]
     pub const fn copy_element(&self, e: u32, is_a: bool, kc: bool) -> (u32, u32) {
-        if is_a { along(e, self.bm(), self.bk, kc) } else { along(e - self.bk * self.bm(), self.bn(), self.bk, kc) }
+        if is_a {
+            along(e, self.bm(), self.bk, kc, false)
+        } else {
+            along(e - self.bk * self.bm(), self.bn(), self.bk, kc, false)
+        }
     }
 
-    /// Thread `thread`'s copy `u` of an operand (`u` counted within it) as its first copy's
-    /// place plus a step: the two add up to [`Self::copy_element`] because each operand's
-    /// line (`bk` where k is contiguous, else its extent) divides the threads or is divided
-    /// by them (tested), so the kernel forms a thread's sources once and each copy's from a
+    /// Thread `thread`'s copy `u` of an operand (`u` counted within it), of a single element or
+    /// of a pair along the stored line (the place of its first element), as its first copy's
+    /// place plus a step: the two add up to the copy's place in stored order
+    /// ([`Self::copy_element`] for single elements) because each operand's line (`bk` where k is
+    /// contiguous, else its extent), in elements or pairs, divides the threads or is divided by
+    /// them (tested), so the kernel forms a thread's sources once and each copy's from a
     /// constant.
     #[inline(always)]
-    pub const fn copy_first(&self, thread: u32, is_a: bool, kc: bool) -> (u32, u32) {
-        along(thread, if is_a { self.bm() } else { self.bn() }, self.bk, kc)
+    pub const fn copy_first(&self, thread: u32, is_a: bool, kc: bool, pairs: bool) -> (u32, u32) {
+        along(thread, if is_a { self.bm() } else { self.bn() }, self.bk, kc, pairs)
     }
 
     #[inline(always)]
-    pub const fn copy_step(&self, u: u32, is_a: bool, kc: bool) -> (u32, u32) {
-        along(u * self.threads(), if is_a { self.bm() } else { self.bn() }, self.bk, kc)
+    pub const fn copy_step(&self, u: u32, is_a: bool, kc: bool, pairs: bool) -> (u32, u32) {
+        along(u * self.threads(), if is_a { self.bm() } else { self.bn() }, self.bk, kc, pairs)
+    }
+
+    /// Whether an operand's chunk splits into 16-byte copies of two elements along its lines
+    /// (`kc`: k contiguous) in whole rounds of the threads, each a thread's first plus a
+    /// constant step as for single elements.
+    pub const fn pairs_fit(&self, is_a: bool, kc: bool) -> bool {
+        let extent = if is_a { self.bm() } else { self.bn() };
+        let (pairs, line) = (self.bk * extent / 2, if kc { self.bk } else { extent } / 2);
+        let threads = self.threads();
+        pairs.is_multiple_of(threads) && (threads.is_multiple_of(line) || line.is_multiple_of(threads))
     }
 
     /// The warp's place among the block's warps: (row, column).
@@ -172,10 +186,16 @@ pub fn split_tf32(v: f32) -> (u32, u32) {
 }
 
 /// Element `e` of an `extent x bk` chunk (rows, or columns, by l) in stored order: k first
-/// where `k_contiguous`, else the extent.
+/// where `k_contiguous`, else the extent; or with `pairs`, pair `e` along those lines (the
+/// place of its first element, the second being the next along the line).
 #[inline(always)]
-const fn along(e: u32, extent: u32, bk: u32, k_contiguous: bool) -> (u32, u32) {
-    if k_contiguous { (e / bk, e % bk) } else { (e % extent, e / extent) }
+const fn along(e: u32, extent: u32, bk: u32, k_contiguous: bool, pairs: bool) -> (u32, u32) {
+    let width = 1 + pairs as u32;
+    if k_contiguous {
+        (e / (bk / width), width * (e % (bk / width)))
+    } else {
+        (width * (e % (extent / width)), e / (extent / width))
+    }
 }
 
 /// One thread's copies of one operand of a `Tensor` block: where its first copy (at
@@ -204,6 +224,25 @@ impl TensorCopies {
         let (di, dl) = (d_index as u64, (d_l + l0) as u64);
         let step = if kc { 8 * dl + di * self.line_bytes } else { 8 * di + dl * self.line_bytes };
         (index < self.limit && l < self.k).then_some(self.origin + step)
+    }
+
+    /// [`Self::source`] for the pair whose first element is `step` past the first copy's:
+    /// its address and the bytes that lie inside the matrix and k (16, 8 or 0).
+    #[inline(always)]
+    pub fn pair_source(&self, kc: bool, step: (u32, u32), l0: u32) -> (Option<u64>, u32) {
+        let (index, l) = (self.index + step.0, self.l + step.1 + l0);
+        let second = if kc { l + 1 < self.k } else { index + 1 < self.limit };
+        let source = self.source(kc, step, l0);
+        (
+            source,
+            if source.is_none() {
+                0
+            } else if second {
+                16
+            } else {
+                8
+            },
+        )
     }
 }
 
@@ -261,8 +300,6 @@ pub(super) mod device {
     /// # Safety
     /// `p` from the host's launcher: buffers that hold every offset it forms, 8-byte aligned,
     /// stored as `AK` and `BK` say, and the tile's shared memory.
-    // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
-    #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     pub unsafe fn tensor<
         const WR: usize,
@@ -272,6 +309,33 @@ pub(super) mod device {
         const KB: usize,
         const AK: bool,
         const BK: bool,
+    >(
+        p: &CgemmParams,
+    ) {
+        // Two bodies, so that each holds only its own copies' places in registers.
+        if p.a_pairs != 0 && p.b_pairs != 0 {
+            unsafe { tensor_body::<WR, WC, MT, NT, KB, AK, BK, true>(p) }
+        } else {
+            unsafe { tensor_body::<WR, WC, MT, NT, KB, AK, BK, false>(p) }
+        }
+    }
+
+    /// [`tensor`], copying element pairs where `PAIRS` (both operands' pairs 16-byte aligned).
+    ///
+    /// # Safety
+    /// As [`tensor`]'s, and `PAIRS` only where `p.a_pairs` and `p.b_pairs` say so.
+    // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    unsafe fn tensor_body<
+        const WR: usize,
+        const WC: usize,
+        const MT: usize,
+        const NT: usize,
+        const KB: usize,
+        const AK: bool,
+        const BK: bool,
+        const PAIRS: bool,
     >(
         p: &CgemmParams,
     ) {
@@ -293,26 +357,37 @@ pub(super) mod device {
         let stage_bytes = 8 * t.stage_slots([AK, BK]);
         let chunks = p.chunks;
 
-        // Each copy lands at its element's slot; its source and slot follow from the thread's
-        // first copy by constants.
-        let a_first = t.copy_first(thread, true, AK);
-        let b_first = t.copy_first(thread, false, BK);
+        // Each copy lands at its element's (pair's) slot; its source and slot follow from the
+        // thread's first copy by constants. Pairs where the launch allows them for both
+        // operands (`PAIRS`) and an operand's chunk splits into them.
+        let (a_pairs, b_pairs) = (PAIRS && t.pairs_fit(true, AK), PAIRS && t.pairs_fit(false, BK));
+        let (a_first, b_first) = (t.copy_first(thread, true, AK, a_pairs), t.copy_first(thread, false, BK, b_pairs));
         let a_copies = p.tensor_copies(true, AK, a, at, a_first);
         let b_copies = p.tensor_copies(false, BK, b, at, b_first);
         let copy = #[inline(always)]
         |stage: u32, l0: u32| {
             let base = smem + stage * stage_bytes;
-            for u in 0..t.a_copies() {
-                let step = t.copy_step(u, true, AK);
-                let slot = t.a_slot(a_first.0 + step.0, a_first.1 + step.1, AK);
-                let source = a_copies.source(AK, step, l0);
-                cp_async_f32x2(base + 8 * slot, source.unwrap_or(a), if source.is_some() { 8 } else { 0 });
+            for u in 0..t.copies(true, a_pairs) {
+                let step = t.copy_step(u, true, AK, a_pairs);
+                let slot = base + 8 * t.a_slot(a_first.0 + step.0, a_first.1 + step.1, AK);
+                if a_pairs {
+                    let (source, bytes) = a_copies.pair_source(AK, step, l0);
+                    cp_async_f32x4(slot, source.unwrap_or(a), bytes);
+                } else {
+                    let source = a_copies.source(AK, step, l0);
+                    cp_async_f32x2(slot, source.unwrap_or(a), if source.is_some() { 8 } else { 0 });
+                }
             }
-            for u in 0..t.b_copies() {
-                let step = t.copy_step(u, false, BK);
-                let slot = t.b_slot(b_first.1 + step.1, b_first.0 + step.0, [AK, BK]);
-                let source = b_copies.source(BK, step, l0);
-                cp_async_f32x2(base + 8 * slot, source.unwrap_or(a), if source.is_some() { 8 } else { 0 });
+            for u in 0..t.copies(false, b_pairs) {
+                let step = t.copy_step(u, false, BK, b_pairs);
+                let slot = base + 8 * t.b_slot(b_first.1 + step.1, b_first.0 + step.0, [AK, BK]);
+                if b_pairs {
+                    let (source, bytes) = b_copies.pair_source(BK, step, l0);
+                    cp_async_f32x4(slot, source.unwrap_or(a), bytes);
+                } else {
+                    let source = b_copies.source(BK, step, l0);
+                    cp_async_f32x2(slot, source.unwrap_or(a), if source.is_some() { 8 } else { 0 });
+                }
             }
         };
 
