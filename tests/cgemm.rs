@@ -654,6 +654,30 @@ fn shapes_fit_shared_memory_and_cover_their_tiles() {
 }
 
 #[test]
+fn the_heuristic_always_picks_a_variant_that_computes_the_problem() {
+    // Every op pair, layout and storage, over sizes around each rule's thresholds.
+    let sizes = [1, 2, 7, 8, 9, 12, 15, 16, 17, 23, 24, 31, 32, 33, 63, 64, 65, 127, 128, 200];
+    for layout in [Layout::ColMajor, Layout::RowMajor] {
+        for op_a in Op::ALL {
+            for op_b in Op::ALL {
+                for &m in &sizes {
+                    for &n in &sizes {
+                        for k in [1, 7, 8, 16, 100] {
+                            let g = BatchedGemm::packed(m, n, k, 3, op_a, op_b, layout);
+                            for planar in [false, true] {
+                                let tile = cgemm::choose_tile(&g, planar);
+                                assert!(cgemm::shape(&g, tile).is_some(), "{} for {g:?}", tile.name);
+                                assert!(!planar || matches!(tile.family, Family::Tiled | Family::Element));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn verbatim_copies_cover_their_range_once() {
     use kernels_gpu::cgemm::VerbatimCopy;
     for (from, count, len) in
