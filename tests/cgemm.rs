@@ -16,7 +16,7 @@ use convkit::{
 };
 use kernels_gpu::{
     cgemm::{
-        CGEMM_THREADS, CgemmShape, LARGE_BK, MmaTile, STAGE_ELEMENTS, ThreadCoords, large_element,
+        CGEMM_THREADS, CgemmShape, LARGE_BK, MmaTile, STAGE_ELEMENTS, ThreadCoords, WHOLE_STAGE, large_element,
         tensor::{STAGES, split_tf32},
     },
     random::mix,
@@ -137,22 +137,23 @@ fn emulate_whole(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Compl
             let at = p.item_coords(item);
             let copies = p.whole_copies(at);
             let matrices = p.whole_matrices(at);
-            let mut smem = vec![Complex32::new(f32::NAN, f32::NAN); (shape.smem_bytes() / 8) as usize];
+            // One stage: pair q of both copies together at slots 2q and 2q + 1.
+            let mut smem = vec![Complex32::new(f32::NAN, f32::NAN); WHOLE_STAGE as usize];
             let mut region = 0usize;
             let mut bases = [0usize; 2];
             for (which, (copy, src)) in copies.iter().zip([a, b]).enumerate() {
-                bases[which] = region;
+                bases[which] = region + copy.odd as usize;
                 for q in 0..copy.pairs {
-                    let pair = copy.pair(q);
                     let e = 2 * (copy.first_pair + q as u64) as usize;
-                    assert!(e + (pair.vector as usize) < src.len(), "{case}: a load past the buffer");
-                    for (half, slot) in pair.slots.iter().enumerate() {
-                        if let Some(slot) = slot {
-                            smem[region + *slot as usize] = src[e + half];
-                        }
+                    let read = copy.pair_bytes(q) as usize / 8;
+                    assert!(e + read <= src.len(), "{case}: a load past the buffer");
+                    assert!(region + 2 * q as usize + 1 < smem.len(), "{case}: copies past the stage");
+                    smem[region + 2 * q as usize] = src[e];
+                    if read == 2 {
+                        smem[region + 2 * q as usize + 1] = src[e + 1];
                     }
                 }
-                region += copy.count as usize;
+                region += copy.slots() as usize;
             }
             assert!(region <= smem.len(), "{case}: copies past shared memory");
             let (a_row, a_l) = if cm.op_a == Op::N { (1, cm.lda) } else { (cm.lda, 1) };
@@ -171,8 +172,13 @@ fn emulate_whole(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Compl
                             let (row, col) = (row.min(cm.m - 1), col.min(cm.n - 1));
                             let mut acc = Complex32::ZERO;
                             for l in 0..cm.k {
-                                let mut x = smem[bases[0] + matrix as usize * cm.stride_a + row * a_row + l * a_l];
-                                let mut y = smem[bases[1] + matrix as usize * cm.stride_b + l * b_l + col * b_col];
+                                let (x_at, y_at) = (
+                                    matrix as usize * cm.stride_a + row * a_row + l * a_l,
+                                    matrix as usize * cm.stride_b + l * b_l + col * b_col,
+                                );
+                                assert!(x_at < copies[0].count as usize && y_at < copies[1].count as usize);
+                                let mut x = smem[bases[0] + x_at];
+                                let mut y = smem[bases[1] + y_at];
                                 if cm.op_a == Op::C {
                                     x = x.conj();
                                 }
@@ -686,14 +692,15 @@ fn verbatim_copies_cover_their_range_once() {
         let copy = VerbatimCopy::new(from, count, len);
         let mut seen = vec![0; count as usize];
         for q in 0..copy.pairs {
-            let pair = copy.pair(q);
             let element = 2 * (copy.first_pair + q as u64);
-            assert!(element + (pair.vector as u64) < len, "{copy:?}: a load past the buffer");
-            for (half, slot) in pair.slots.iter().enumerate() {
-                if let Some(slot) = slot {
-                    assert_eq!(*slot as u64, element + half as u64 - from);
-                    assert!(half == 0 || pair.vector, "{copy:?}: the second element read by an 8-byte load");
-                    seen[*slot as usize] += 1;
+            let read = copy.pair_bytes(q) as u64 / 8;
+            assert!(element + read <= len, "{copy:?}: a load past the buffer");
+            for half in 0..read {
+                // Pair q fills slots 2q and 2q + 1; element from + e belongs in slot odd + e.
+                let slot = 2 * q as u64 + half;
+                if let Some(e) = slot.checked_sub(copy.odd as u64).filter(|&e| e < count as u64) {
+                    assert_eq!(element + half, from + e, "{copy:?}: slot {slot}");
+                    seen[e as usize] += 1;
                 }
             }
         }

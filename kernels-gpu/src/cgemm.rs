@@ -11,8 +11,9 @@
 //!   thread) while the block computes; `rounds` of matrices when a block holds more than its
 //!   threads cover.
 //! - `Whole` (small matrices, interleaved): many whole matrices per item, their stored
-//!   footprints copied verbatim with 16-byte loads ([`VerbatimCopy`]), blocks walking the items
-//!   grid-stride with the next item's copy in flight.
+//!   footprints copied verbatim by 16-byte `cp.async` ([`VerbatimCopy`]) into a ring of
+//!   [`WHOLE_STAGES`] stages, blocks walking the items grid-stride with the next items' copies
+//!   in flight.
 //! - `Large`: a `16·TM x 16·TN` tile of one matrix per block, compiled per stored layout of A
 //!   and B, two shared-memory stages.
 //! - `Element`: one output per thread, operands through L1 (matrix-vector shapes).
@@ -56,9 +57,16 @@ pub const STAGE_ELEMENTS: u32 = STAGE_SLOTS * CGEMM_THREADS;
 /// Work items (block tiles) one launch covers at most.
 pub const MAX_ITEMS: u64 = (1 << 31) - 1;
 
-/// Complex elements a `Whole` block copies per item at most (both operands): with each
-/// operand's copy rounded out to aligned pairs, at most `STAGE_SLOTS / 2` pairs per thread.
-pub const WHOLE_ELEMENTS: u32 = STAGE_SLOTS * CGEMM_THREADS - 4;
+/// Aligned pairs of elements each thread copies per `Whole` item at most.
+pub const WHOLE_PAIRS: u32 = 4;
+/// Slots (complex elements) of one `Whole` stage: an item's copies.
+pub const WHOLE_STAGE: u32 = 2 * WHOLE_PAIRS * CGEMM_THREADS;
+/// Complex elements a `Whole` block copies per item at most (both operands), each operand's
+/// copy rounded out to aligned pairs within one stage.
+pub const WHOLE_ELEMENTS: u32 = WHOLE_STAGE - 4;
+/// Items a `Whole` block holds in shared memory: the one it computes and the ones whose
+/// copies are in flight.
+pub const WHOLE_STAGES: u32 = 2;
 
 /// The kernel families.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -67,8 +75,8 @@ pub enum Family {
     /// layout of `op(A)` and `op(B)`.
     Tiled,
     /// Whole matrices, many per item: blocks walk the items grid-stride, copy each item's
-    /// stored footprints verbatim (16-byte loads, no per-element index math; the next item's
-    /// loads in flight while the current one is computed) and read them through the ops.
+    /// stored footprints verbatim (16-byte `cp.async`, no per-element index math; the next
+    /// items' copies in flight while the current one is computed) and read them through the ops.
     /// Interleaved storage, 16-byte-aligned buffers, `m ≤ 16·TM`, `n ≤ 16·TN` and both
     /// operands of a block within [`WHOLE_ELEMENTS`].
     Whole,
@@ -491,7 +499,8 @@ pub const fn large_element(e: u32, extent: u32, k_contiguous: bool) -> (u32, u32
 }
 
 /// A verbatim copy of `count` elements of a buffer of `len` elements (16-byte aligned), from
-/// element `from`, as aligned pairs of elements: what `Whole` blocks stage.
+/// element `from`, as aligned pairs of elements: what `Whole` blocks stage. Pair `q` fills
+/// slots `2q` and `2q + 1` of the copy's region, so element `from + e` lands in slot `odd + e`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VerbatimCopy {
     /// The first pair: elements `2 · first_pair` and `2 · first_pair + 1`.
@@ -500,17 +509,8 @@ pub struct VerbatimCopy {
     pub odd: u32,
     pub count: u32,
     pub pairs: u32,
-    /// Pairs whose second element lies inside the buffer (the rest take one 8-byte load).
+    /// Pairs whose second element lies inside the buffer (the rest read only their first).
     pub vector_pairs: u32,
-}
-
-/// One pair of a [`VerbatimCopy`]: whether one 16-byte load reads it (else an 8-byte load of
-/// its first element), and the shared-memory slots (from the copy's start) of its two
-/// elements where they belong to the copy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pair {
-    pub vector: bool,
-    pub slots: [Option<u32>; 2],
 }
 
 impl VerbatimCopy {
@@ -524,13 +524,17 @@ impl VerbatimCopy {
         VerbatimCopy { first_pair, odd, count, pairs, vector_pairs }
     }
 
-    /// Pair `q < pairs`, at element `2 · (first_pair + q)`.
+    /// Bytes of pair `q < pairs` read from the buffer: 16, or 8 where its second element lies
+    /// past the buffer's end (that slot is left as it was).
     #[inline(always)]
-    pub fn pair(&self, q: u32) -> Pair {
-        // Slot of the pair's first element; wraps past u32::MAX for the element before `from`.
-        let first = (2 * q).wrapping_sub(self.odd);
-        let slot = |s: u32| (s < self.count).then_some(s);
-        Pair { vector: q < self.vector_pairs, slots: [slot(first), slot(first.wrapping_add(1))] }
+    pub fn pair_bytes(&self, q: u32) -> u32 {
+        if q < self.vector_pairs { 16 } else { 8 }
+    }
+
+    /// Slots of the copy's region: whole pairs.
+    #[inline(always)]
+    pub fn slots(&self) -> u32 {
+        2 * self.pairs
     }
 }
 
@@ -734,8 +738,8 @@ impl CgemmShape {
     /// `bm ..= TM · thread_rows - 1`: garbage for outputs that are dropped).
     pub const fn smem_bytes(&self) -> u32 {
         match self.tile.family {
-            // The footprints of every matrix, within WHOLE_ELEMENTS by construction.
-            Family::Whole => return 8 * WHOLE_ELEMENTS,
+            // A ring of stages, each the footprints of an item's matrices.
+            Family::Whole => return 8 * WHOLE_STAGES * WHOLE_STAGE,
             // Two stages of both chunks.
             Family::Large => return self.stages * 8 * LARGE_BK * (self.a_pitch() + self.b_pitch()),
             Family::Element => return 0,
@@ -1032,6 +1036,7 @@ impl CgemmParams {
 mod kernel {
     use super::{
         BlockCoords, CGEMM_THREADS, CgemmParams, Complex32, LARGE_BK, Op, STAGE_SLOTS, ThreadCoords, VerbatimCopy,
+        WHOLE_PAIRS, WHOLE_STAGE, WHOLE_STAGES,
     };
     use crate::prelude::*;
 
@@ -1181,75 +1186,51 @@ mod kernel {
         }
     }
 
-    /// The pairs of a `Whole` item's two copies (A's, then B's), `CGEMM_THREADS` apart from
-    /// this thread's, loaded into registers.
-    struct Copies {
-        copies: [VerbatimCopy; 2],
-        values: [[f32; 4]; SLOTS / 2],
+    /// Starts this thread's copies of `Whole` item `at` into the stage at `stage`: pair `q`
+    /// of the two copies together (A's, then B's) lands at `stage + 16 · q`, one `cp.async`
+    /// each (8 bytes for a pair that ends past its buffer).
+    #[inline(always)]
+    fn whole_copy(p: &CgemmParams, at: BlockCoords, src: [u64; 2], stage: u32) {
+        let [a, b] = p.whole_copies(at);
+        // B's pair q - a.pairs, addressed from q.
+        let starts = [src[0] + 16 * a.first_pair, (src[1] + 16 * b.first_pair).wrapping_sub(16 * a.pairs as u64)];
+        let copy = |source: u64, vector: bool, slot: u32| {
+            if vector {
+                cp_async_f32x4(slot, source, 16);
+            } else {
+                cp_async_f32x2(slot, source, 8);
+            }
+        };
+        for u in 0..WHOLE_PAIRS {
+            let q = thread_idx_x() + u * CGEMM_THREADS;
+            if q < a.pairs {
+                copy(starts[0] + 16 * q as u64, q < a.vector_pairs, stage + 16 * q);
+            } else if q - a.pairs < b.pairs {
+                copy(starts[1].wrapping_add(16 * q as u64), q - a.pairs < b.vector_pairs, stage + 16 * q);
+            }
+        }
     }
 
-    impl Copies {
-        /// Pair `q` of the item: which copy (0 for A), and its index there.
-        #[inline(always)]
-        fn locate(copies: &[VerbatimCopy; 2], q: u32) -> Option<(usize, u32)> {
-            let a_pairs = copies[0].pairs;
-            if q < a_pairs {
-                Some((0, q))
-            } else if q - a_pairs < copies[1].pairs {
-                Some((1, q - a_pairs))
-            } else {
-                None
-            }
-        }
-
-        #[inline(always)]
-        fn fetch(p: &CgemmParams, at: BlockCoords, src: [u64; 2]) -> Copies {
-            let copies = p.whole_copies(at);
-            let starts = [src[0] + 16 * copies[0].first_pair, src[1] + 16 * copies[1].first_pair];
-            let mut values = [[0.0f32; 4]; SLOTS / 2];
-            for u in 0..SLOTS / 2 {
-                if let Some((which, q)) = Self::locate(&copies, thread_idx_x() + u as u32 * CGEMM_THREADS) {
-                    let (start, copy) = if which == 0 { (starts[0], &copies[0]) } else { (starts[1], &copies[1]) };
-                    let at = start + 16 * q as u64;
-                    values[u] = if copy.pair(q).vector {
-                        ldg_nc_f32x4(at)
-                    } else {
-                        let [re, im] = ldg_nc_f32x2(at);
-                        [re, im, 0.0, 0.0]
-                    };
-                }
-            }
-            Copies { copies, values }
-        }
-
-        /// Stores the copies: A's footprint at `smem`, B's at `b_region`, imaginary parts
-        /// times `signs` (-1 for a conjugated operand).
-        #[inline(always)]
-        fn store(&self, smem: u32, b_region: u32, signs: [f32; 2]) {
-            for u in 0..SLOTS / 2 {
-                if let Some((which, q)) = Self::locate(&self.copies, thread_idx_x() + u as u32 * CGEMM_THREADS) {
-                    let (region, copy, sign) = if which == 0 {
-                        (smem, &self.copies[0], signs[0])
-                    } else {
-                        (b_region, &self.copies[1], signs[1])
-                    };
-                    let pair = copy.pair(q);
-                    let v = self.values[u];
-                    if let Some(slot) = pair.slots[0] {
-                        st_shared_f32x2(region + 8 * slot, [v[0], sign * v[1]]);
-                    }
-                    if let Some(slot) = pair.slots[1] {
-                        st_shared_f32x2(region + 8 * slot, [v[2], sign * v[3]]);
-                    }
-                }
+    /// Conjugates in place the pairs of `copies` (at `stage`) that this thread copied and whose
+    /// operand `conj` marks; its own copies are complete and visible to it after the wait.
+    #[inline(always)]
+    fn whole_conjugate(copies: &[VerbatimCopy; 2], stage: u32, conj: [bool; 2]) {
+        for u in 0..WHOLE_PAIRS {
+            let q = thread_idx_x() + u * CGEMM_THREADS;
+            let mine = if q < copies[0].pairs { conj[0] } else { q - copies[0].pairs < copies[1].pairs && conj[1] };
+            if mine {
+                let [re0, im0, re1, im1] = ld_shared_f32x4(stage + 16 * q);
+                st_shared_f32x4(stage + 16 * q, [re0, -im0, re1, -im1]);
             }
         }
     }
 
     /// Whole matrices, `per_block` to an item, items grid-stride: both operands' footprints
-    /// copied verbatim, then each thread's register tile read through the ops from shared
-    /// memory while the next item's copies are in flight.
+    /// copied verbatim by `cp.async` into a ring of [`WHOLE_STAGES`] stages, the next
+    /// `WHOLE_STAGES - 1` items' copies in flight while each thread's register tile of the
+    /// current one is read through the ops from shared memory.
     pub unsafe fn whole<const TM: usize, const TN: usize>(p: &CgemmParams) {
+        const STAGE_BYTES: u32 = 8 * WHOLE_STAGE;
         let mut item = block_idx_x();
         if item >= p.items {
             return;
@@ -1258,83 +1239,112 @@ mod kernel {
         let c = to_global(p.c);
         let smem = smem_base();
         let me = p.thread_coords(thread_idx_x());
-        // op(A)[row, l] at row · a_row + l · a_l of its matrix (conjugated when staged).
+        // op(A)[row, l] at row · a_row + l · a_l of its matrix (conjugated in the stage).
         let (a_row, a_l) = if p.op_a == Op::N as u32 { (1, p.lda) } else { (p.lda, 1) };
         let (b_l, b_col) = if p.op_b == Op::N as u32 { (1, p.ldb) } else { (p.ldb, 1) };
-        let sign = |op: u32| if op == Op::C as u32 { -1.0 } else { 1.0 };
-        let signs = [sign(p.op_a), sign(p.op_b)];
+        let conj = [p.op_a == Op::C as u32, p.op_b == Op::C as u32];
         let (rows, cols) = (p.thread_rows.divisor, p.thread_cols);
-        // Rows (columns) past the matrix read its last one; their outputs are dropped.
+        // Byte offsets in a matrix's footprint; rows (columns) past the matrix read its last
+        // one and their outputs are dropped.
         let mut a_at = [0u32; TM];
         for i in 0..TM {
             let row = me.row + i as u32 * rows;
-            a_at[i] = (if row < p.m { row } else { p.m - 1 }) * a_row;
+            a_at[i] = 8 * (if row < p.m { row } else { p.m - 1 }) * a_row;
         }
         let mut b_at = [0u32; TN];
         for j in 0..TN {
             let col = me.col + j as u32 * cols;
-            b_at[j] = (if col < p.n { col } else { p.n - 1 }) * b_col;
+            b_at[j] = 8 * (if col < p.n { col } else { p.n - 1 }) * b_col;
         }
+        let (a_step, b_step) = (8 * a_l, 8 * b_l);
 
-        let mut at = p.item_coords(item);
-        let mut next = Copies::fetch(p, at, src);
-        loop {
-            let b_region = smem + 8 * next.copies[0].count;
-            next.store(smem, b_region, signs);
-            sync_threads();
-            let this_at = at;
-            item += grid_dim_x();
-            let more = item < p.items;
-            if more {
-                at = p.item_coords(item);
-                next = Copies::fetch(p, at, src);
+        // One commit per item, empty or not, keeps the group count uniform.
+        let mut ahead = item;
+        for s in 0..WHOLE_STAGES - 1 {
+            if ahead < p.items {
+                whole_copy(p, p.item_coords(ahead), src, smem + s * STAGE_BYTES);
             }
-            if me.matrix < p.per_round {
-                let matrices = p.whole_matrices(this_at);
-                let c_item = c + 8 * (p.batch_base + this_at.first as u64) * p.stride_c;
-                for round in 0..p.rounds {
-                    let matrix = me.matrix + round * p.per_round;
-                    if matrix >= matrices {
-                        break;
+            cp_async_commit();
+            ahead += grid_dim_x();
+        }
+        let mut stage = 0;
+        loop {
+            let at = p.item_coords(item);
+            let copies = p.whole_copies(at);
+            let here = smem + stage * STAGE_BYTES;
+            cp_async_wait_group::<{ WHOLE_STAGES - 2 }>();
+            if conj[0] || conj[1] {
+                whole_conjugate(&copies, here, conj);
+            }
+            sync_threads();
+            // Every thread is past the item before: its stage takes the copy furthest ahead.
+            let free = if stage == 0 { WHOLE_STAGES - 1 } else { stage - 1 };
+            if ahead < p.items {
+                whole_copy(p, p.item_coords(ahead), src, smem + free * STAGE_BYTES);
+            }
+            cp_async_commit();
+            ahead += grid_dim_x();
+
+            let matrices = p.whole_matrices(at);
+            let a_first = here + 8 * copies[0].odd;
+            let b_first = here + 8 * copies[0].slots() + 8 * copies[1].odd;
+            let c_item = c + 8 * (p.batch_base + at.first as u64) * p.stride_c;
+            // Within a stage, so 32 bits.
+            let (a_matrix, b_matrix) = (8 * p.stride_a as u32, 8 * p.stride_b as u32);
+            let mut matrix = me.matrix;
+            while me.matrix < p.per_round && matrix < matrices {
+                let mut x_at = [0u32; TM];
+                for i in 0..TM {
+                    x_at[i] = a_first + matrix * a_matrix + a_at[i];
+                }
+                let mut y_at = [0u32; TN];
+                for j in 0..TN {
+                    y_at[j] = b_first + matrix * b_matrix + b_at[j];
+                }
+                let mut acc = [[Complex32::ZERO; TN]; TM];
+                let mut l = p.k;
+                loop {
+                    let mut x = [Complex32::ZERO; TM];
+                    let mut y = [Complex32::ZERO; TN];
+                    for i in 0..TM {
+                        x[i] = lds(x_at[i]);
+                        x_at[i] += a_step;
                     }
-                    // Within the copies, so 32 bits.
-                    let a_base = smem + 8 * matrix * p.stride_a as u32;
-                    let b_base = b_region + 8 * matrix * p.stride_b as u32;
-                    let mut acc = [[Complex32::ZERO; TN]; TM];
-                    for l in 0..p.k {
-                        let mut x = [Complex32::ZERO; TM];
-                        let mut y = [Complex32::ZERO; TN];
-                        for i in 0..TM {
-                            x[i] = lds(a_base + 8 * (a_at[i] + l * a_l));
-                        }
-                        for j in 0..TN {
-                            y[j] = lds(b_base + 8 * (b_at[j] + l * b_l));
-                        }
-                        for i in 0..TM {
-                            for j in 0..TN {
-                                acc[i][j] = x[i].mul_add(y[j], acc[i][j]);
-                            }
-                        }
+                    for j in 0..TN {
+                        y[j] = lds(y_at[j]);
+                        y_at[j] += b_step;
                     }
-                    let c_matrix = c_item + 8 * matrix as u64 * p.stride_c;
                     for i in 0..TM {
                         for j in 0..TN {
-                            if let Some(at_c) = p.whole_output(me, i as u32, j as u32) {
-                                let at_c = c_matrix + 8 * at_c as u64;
-                                let value = p.epilogue(acc[i][j], || {
-                                    let [re, im] = ld_global_f32x2(at_c);
-                                    Complex32 { re, im }
-                                });
-                                stg_f32x2(at_c, [value.re, value.im]);
-                            }
+                            acc[i][j] = x[i].mul_add(y[j], acc[i][j]);
+                        }
+                    }
+                    l -= 1;
+                    if l == 0 {
+                        break;
+                    }
+                }
+                let c_matrix = c_item + 8 * matrix as u64 * p.stride_c;
+                for i in 0..TM {
+                    for j in 0..TN {
+                        if let Some(at_c) = p.whole_output(me, i as u32, j as u32) {
+                            let at_c = c_matrix + 8 * at_c as u64;
+                            let value = p.epilogue(acc[i][j], || {
+                                let [re, im] = ld_global_f32x2(at_c);
+                                Complex32 { re, im }
+                            });
+                            stg_f32x2(at_c, [value.re, value.im]);
                         }
                     }
                 }
+                matrix += p.per_round;
             }
-            if !more {
+            item += grid_dim_x();
+            // The groups still open are empty: they were for items past the last.
+            if item >= p.items {
                 return;
             }
-            sync_threads(); // every thread is done with this item's shared memory
+            stage = if stage + 1 == WHOLE_STAGES { 0 } else { stage + 1 };
         }
     }
 

@@ -302,6 +302,15 @@ pub fn st_shared_f32x2(addr: u32, v: [f32; 2]) {
     };
 }
 
+/// 16-byte shared store; `addr` 16-byte aligned.
+#[inline(always)]
+pub fn st_shared_f32x4(addr: u32, v: [f32; 4]) {
+    unsafe {
+        asm!("st.shared.v4.f32 [{p}], {{{a}, {b}, {c}, {d}}};", p = in(reg32) addr, a = in(reg32) v[0],
+            b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3], options(nostack))
+    };
+}
+
 /// 8-byte shared load; `addr` 8-byte aligned.
 #[inline(always)]
 pub fn ld_shared_f32x2(addr: u32) -> [f32; 2] {
