@@ -294,6 +294,18 @@ pub(super) mod device {
         mma_tf32_m16n8k8(x2, y2, acc)
     }
 
+    /// One pair's copy to `slot`: 16 bytes of `source`, or `bytes` (8 or 0) of it and a zero
+    /// by two 8-byte copies, so that nothing past the pair's first element is read.
+    #[inline(always)]
+    fn copy_pair(slot: u32, source: u64, bytes: u32) {
+        if bytes == 16 {
+            cp_async_f32x4(slot, source, 16);
+        } else {
+            cp_async_f32x2(slot, source, bytes);
+            cp_async_f32x2(slot + 8, source, 0);
+        }
+    }
+
     /// One `bm x bn` tile of one matrix per block (module docs); `AK` / `BK`: A / B stored
     /// with k contiguous.
     ///
@@ -372,7 +384,7 @@ pub(super) mod device {
                 let slot = base + 8 * t.a_slot(a_first.0 + step.0, a_first.1 + step.1, AK);
                 if a_pairs {
                     let (source, bytes) = a_copies.pair_source(AK, step, l0);
-                    cp_async_f32x4(slot, source.unwrap_or(a), bytes);
+                    copy_pair(slot, source.unwrap_or(a), bytes);
                 } else {
                     let source = a_copies.source(AK, step, l0);
                     cp_async_f32x2(slot, source.unwrap_or(a), if source.is_some() { 8 } else { 0 });
@@ -383,7 +395,7 @@ pub(super) mod device {
                 let slot = base + 8 * t.b_slot(b_first.1 + step.1, b_first.0 + step.0, [AK, BK]);
                 if b_pairs {
                     let (source, bytes) = b_copies.pair_source(BK, step, l0);
-                    cp_async_f32x4(slot, source.unwrap_or(a), bytes);
+                    copy_pair(slot, source.unwrap_or(a), bytes);
                 } else {
                     let source = b_copies.source(BK, step, l0);
                     cp_async_f32x2(slot, source.unwrap_or(a), if source.is_some() { 8 } else { 0 });
