@@ -214,7 +214,8 @@ fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
 /// The variant the heuristic gives `g` (interleaved storage unless `planar`), from the
 /// measured bests of `bench cgemm --variant all` (and `--variant tensor`) on the H200
 /// (benches/NOTES.md):
-/// - `Element` where C has one or two columns and at least 16 rows (matrix times vector);
+/// - `Element` where C has one or two columns and at least 16 rows (matrix times vector),
+///   two rows per thread where A's rows are contiguous (op N, interleaved);
 /// - `Tensor` where k is at least 8 and C has at least 16 rows and 16 columns, 24 rows and 8
 ///   columns, or 8 rows and 64 columns ([`tensor_tile`]);
 /// - `Large` 1 x 4 where C has 8 to 16 rows and at least 64 columns (k under 8);
@@ -229,9 +230,9 @@ pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
     let cm = g.column_major();
     let kc = k_contiguous(&cm);
     let (m, n) = (cm.m, cm.n);
-    let element = cgemm_tile(Family::Element, 1, 1, kc).expect("CGEMM_TILES has the element kernel");
     if n <= 2 && m >= 16 {
-        return element;
+        let rows = if !planar && cm.op_a == Op::N { 2 } else { 1 };
+        return cgemm_tile(Family::Element, rows, 1, kc).expect("CGEMM_TILES has Element 1 x 1 and 2 x 1");
     }
     if !planar {
         if cm.k >= 8 && (m >= 16 && n >= 16 || m >= 24 && n >= 8 || m >= 8 && n >= 64) {

@@ -285,40 +285,57 @@ fn emulate_large(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Compl
     assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");
 }
 
-/// The `Element` kernel on the CPU: each work item one output at the coordinates the kernel
-/// unpacks, its row and column read through the ops in steps of k.
+/// The `Element` kernels on the CPU: each work item `tm` outputs of one column at the
+/// coordinates the kernel unpacks, their rows (the last row for those past the matrix) and
+/// column read through the ops in steps of k; where the kernel reads two rows as one 16-byte
+/// pair, asserts the pair is aligned and inside the buffer.
 fn emulate_element(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
     let g = &case.g;
     let cm = g.column_major();
     let (a, b) = if g.layout == Layout::RowMajor { (b, a) } else { (a, b) };
     let shape = cgemm::shape(g, tile).unwrap();
+    let rows = tile.tm as usize;
     let mut written = vec![0u8; c.len()];
     let input = c.to_vec();
     for (first, count, items) in cgemm::launches(g, &shape) {
-        let p = cgemm::params(g, &shape, case.alpha, case.beta, first, count);
-        assert_eq!(items as u64, count * (cm.m * cm.n) as u64);
+        let mut p = cgemm::params(g, &shape, case.alpha, case.beta, first, count);
+        cgemm::set_pairs(&mut p);
+        assert_eq!(items as u64, count * (cm.m.div_ceil(rows) * cm.n) as u64);
         for item in 0..items {
             let at = p.item_coords(item);
             let batch = (p.batch_base + at.first as u64) as usize;
-            let (row, col) = (at.row0 as usize, at.col0 as usize);
-            assert!(row < cm.m && col < cm.n);
-            let mut acc = Complex32::ZERO;
-            for l in 0..cm.k {
-                let x = match cm.op_a {
-                    Op::N => a[batch * cm.stride_a + row + l * cm.lda],
-                    Op::T => a[batch * cm.stride_a + l + row * cm.lda],
-                    Op::C => a[batch * cm.stride_a + l + row * cm.lda].conj(),
-                };
-                let y = match cm.op_b {
-                    Op::N => b[batch * cm.stride_b + l + col * cm.ldb],
-                    Op::T => b[batch * cm.stride_b + col + l * cm.ldb],
-                    Op::C => b[batch * cm.stride_b + col + l * cm.ldb].conj(),
-                };
-                acc = x.mul_add(y, acc);
+            let (row0, col) = (at.row0 as usize, at.col0 as usize);
+            assert!(row0 < cm.m && col < cm.n);
+            let paired = rows == 2 && p.a_pairs != 0 && cm.op_a == Op::N && row0 + 1 < cm.m;
+            for r in 0..rows {
+                let row = (row0 + r).min(cm.m - 1);
+                let mut acc = Complex32::ZERO;
+                for l in 0..cm.k {
+                    let x = match cm.op_a {
+                        Op::N => a[batch * cm.stride_a + row + l * cm.lda],
+                        Op::T => a[batch * cm.stride_a + l + row * cm.lda],
+                        Op::C => a[batch * cm.stride_a + l + row * cm.lda].conj(),
+                    };
+                    if paired {
+                        let pair = batch * cm.stride_a + row0 + l * cm.lda;
+                        assert!(
+                            pair.is_multiple_of(2) && pair + 1 < a.len(),
+                            "{case}: a 16-byte pair off its alignment or the buffer"
+                        );
+                    }
+                    let y = match cm.op_b {
+                        Op::N => b[batch * cm.stride_b + l + col * cm.ldb],
+                        Op::T => b[batch * cm.stride_b + col + l * cm.ldb],
+                        Op::C => b[batch * cm.stride_b + col + l * cm.ldb].conj(),
+                    };
+                    acc = x.mul_add(y, acc);
+                }
+                if row0 + r < cm.m {
+                    let o = batch * cm.stride_c + row0 + r + col * cm.ldc;
+                    written[o] += 1;
+                    c[o] = p.epilogue(acc, || input[o]);
+                }
             }
-            let o = batch * cm.stride_c + row + col * cm.ldc;
-            written[o] += 1;
-            c[o] = p.epilogue(acc, || input[o]);
         }
     }
     assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");

@@ -186,7 +186,8 @@ cgemm_tiles!(
     (cgemm_large_t1x4_mk, Large, 1, 4, Some([false, true]), None, large::<1, 4, false, true>),
     (cgemm_large_t1x4_kn, Large, 1, 4, Some([true, false]), None, large::<1, 4, true, false>),
     (cgemm_large_t1x4_kk, Large, 1, 4, Some([true, true]), None, large::<1, 4, true, true>),
-    (cgemm_element, Element, 1, 1, None, None, element),
+    (cgemm_element, Element, 1, 1, None, None, element::<1>),
+    (cgemm_element_t2x1, Element, 2, 1, None, None, element::<2>),
     (
         cgemm_tc_16x16_mn,
         Tensor,
@@ -669,11 +670,11 @@ impl CgemmShape {
         }
     }
 
-    /// The shape of the `Element` variant: a work item is one output.
+    /// The shape of an `Element` variant: a work item is `TM` outputs of one column.
     pub const fn element(tile: CgemmTile) -> CgemmShape {
         CgemmShape {
             tile,
-            bm: 1,
+            bm: tile.tm,
             bn: 1,
             bk: 1,
             per_round: 1,
@@ -1500,60 +1501,94 @@ mod kernel {
         }
     }
 
-    /// One output per thread (work item = output): its row of `op(A)` and column of `op(B)`
-    /// read straight from global memory (through L1, which holds what neighbouring threads
-    /// share), eight k-steps of loads in flight at a time.
-    pub unsafe fn element(p: &CgemmParams) {
-        const UNROLL: u32 = 8;
+    /// `ROWS` outputs of one column per thread (work item): its rows of `op(A)` and column of
+    /// `op(B)` read straight from global memory (through L1, which holds what neighbouring
+    /// threads share), eight k-steps of loads in flight at a time; two rows as one 16-byte
+    /// load where A's rows are contiguous and their pairs aligned (`a_pairs`).
+    pub unsafe fn element<const ROWS: usize>(p: &CgemmParams) {
         let item = block_idx_x() * CGEMM_THREADS + thread_idx_x();
         if item >= p.items {
             return;
         }
         let at = p.item_coords(item);
+        // Both rows inside the matrix, so the pair's second element lies inside the buffer.
+        if ROWS == 2 && p.a_pairs != 0 && p.op_a == Op::N as u32 && at.row0 + 1 < p.m {
+            element_rows::<ROWS, true>(p, at);
+        } else {
+            element_rows::<ROWS, false>(p, at);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn element_rows<const ROWS: usize, const PAIRED: bool>(p: &CgemmParams, at: BlockCoords) {
+        const UNROLL: u32 = 8;
         let batch = p.batch_base + at.first as u64;
-        let (row, col) = (at.row0 as u64, at.col0 as u64);
+        let col = at.col0 as u64;
         let planar = p.planar != 0;
-        // op(A)[row, l] at a_row + l · a_l; op(B)[l, col] at b_col + l · b_l.
-        let (a_row, a_l) = if p.op_a == Op::N as u32 { (row, p.lda as u64) } else { (row * p.lda as u64, 1) };
+        // op(A)[row, l] at a_row[r] + l · a_l; op(B)[l, col] at b_col + l · b_l. Rows past the
+        // matrix read its last one; their outputs are dropped.
+        let a_l = if p.op_a == Op::N as u32 { p.lda as u64 } else { 1 };
+        let mut a_row = [0u64; ROWS];
+        for r in 0..ROWS {
+            let row = at.row0 + r as u32;
+            let row = (if row < p.m { row } else { p.m - 1 }) as u64;
+            a_row[r] = batch * p.stride_a + if p.op_a == Op::N as u32 { row } else { row * p.lda as u64 };
+        }
         let (b_col, b_l) = if p.op_b == Op::N as u32 { (col * p.ldb as u64, 1) } else { (col, p.ldb as u64) };
-        let (a_row, b_col) = (batch * p.stride_a + a_row, batch * p.stride_b + b_col);
+        let b_col = batch * p.stride_b + b_col;
         let sign = |op: u32| if op == Op::C as u32 { -1.0 } else { 1.0 };
         let (a_sign, b_sign) = (sign(p.op_a), sign(p.op_b));
         let (a, a_im, b, b_im) = (to_global(p.a), to_global(p.a_im), to_global(p.b), to_global(p.b_im));
-        let mut acc = Complex32::ZERO;
+        let mut acc = [Complex32::ZERO; ROWS];
         let mut l = 0;
         while l < p.k {
-            let mut x = [Complex32::ZERO; UNROLL as usize];
+            let mut x = [[Complex32::ZERO; ROWS]; UNROLL as usize];
             let mut y = [Complex32::ZERO; UNROLL as usize];
             for u in 0..UNROLL as usize {
                 if l + (u as u32) < p.k {
                     let ll = (l + u as u32) as u64;
-                    x[u] = load(planar, a, a_im, a_row + ll * a_l);
+                    if PAIRED {
+                        let [re0, im0, re1, im1] = ldg_nc_f32x4(a + 8 * (a_row[0] + ll * a_l));
+                        x[u][0] = Complex32 { re: re0, im: im0 };
+                        x[u][ROWS - 1] = Complex32 { re: re1, im: im1 };
+                    } else {
+                        for r in 0..ROWS {
+                            x[u][r] = load(planar, a, a_im, a_row[r] + ll * a_l);
+                        }
+                    }
                     y[u] = load(planar, b, b_im, b_col + ll * b_l);
                 }
             }
             for u in 0..UNROLL as usize {
-                x[u].im *= a_sign;
                 y[u].im *= b_sign;
-                acc = x[u].mul_add(y[u], acc);
+                for r in 0..ROWS {
+                    x[u][r].im *= a_sign;
+                    acc[r] = x[u][r].mul_add(y[u], acc[r]);
+                }
             }
             l += UNROLL;
         }
         let (c, c_im) = (to_global(p.c), to_global(p.c_im));
-        let at_c = batch * p.stride_c + row + col * p.ldc as u64;
-        let value = p.epilogue(acc, || {
-            if planar {
-                Complex32 { re: ld_global_f32(c + 4 * at_c), im: ld_global_f32(c_im + 4 * at_c) }
-            } else {
-                let [re, im] = ld_global_f32x2(c + 8 * at_c);
-                Complex32 { re, im }
+        for r in 0..ROWS {
+            let row = at.row0 + r as u32;
+            if row >= p.m {
+                break;
             }
-        });
-        if planar {
-            stg_f32(c + 4 * at_c, value.re);
-            stg_f32(c_im + 4 * at_c, value.im);
-        } else {
-            stg_f32x2(c + 8 * at_c, [value.re, value.im]);
+            let at_c = batch * p.stride_c + row as u64 + col * p.ldc as u64;
+            let value = p.epilogue(acc[r], || {
+                if planar {
+                    Complex32 { re: ld_global_f32(c + 4 * at_c), im: ld_global_f32(c_im + 4 * at_c) }
+                } else {
+                    let [re, im] = ld_global_f32x2(c + 8 * at_c);
+                    Complex32 { re, im }
+                }
+            });
+            if planar {
+                stg_f32(c + 4 * at_c, value.re);
+                stg_f32(c_im + 4 * at_c, value.im);
+            } else {
+                stg_f32x2(c + 8 * at_c, [value.re, value.im]);
+            }
         }
     }
 }
