@@ -214,8 +214,9 @@ fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
 /// The variant the heuristic gives `g` (interleaved storage unless `planar`), from the
 /// measured bests of `bench cgemm --variant all` (and `--variant tensor`) on the H200
 /// (benches/NOTES.md):
-/// - `Element` where C has one or two columns and at least 16 rows (matrix times vector),
-///   two rows per thread where A's rows are contiguous (op N, interleaved);
+/// - where C has one or two columns and at least 16 rows (matrix times vector): `Dot` where
+///   A is stored with k contiguous (op T or C), else `Element`, two rows per thread for
+///   interleaved storage;
 /// - `Tensor` where k is at least 8 and C has at least 16 rows and 16 columns, 24 rows and 8
 ///   columns, or 8 rows and 64 columns ([`tensor_tile`]);
 /// - `Large` 1 x 4 where C has 8 to 16 rows and at least 64 columns (k under 8);
@@ -225,13 +226,16 @@ fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
 ///   columns from 32, else 1;
 /// - else `Tiled`, 4 rows (columns) per thread from 24 on, 2 from 12, else 1.
 ///
-/// Planar storage takes `Element` or `Tiled`.
+/// Planar storage takes `Dot`, `Element` or `Tiled`.
 pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
     let cm = g.column_major();
     let kc = k_contiguous(&cm);
     let (m, n) = (cm.m, cm.n);
     if n <= 2 && m >= 16 {
-        let rows = if !planar && cm.op_a == Op::N { 2 } else { 1 };
+        if cm.op_a != Op::N {
+            return cgemm_tile(Family::Dot, 1, 1, kc).expect("CGEMM_TILES has the Dot kernel");
+        }
+        let rows = if planar { 1 } else { 2 };
         return cgemm_tile(Family::Element, rows, 1, kc).expect("CGEMM_TILES has Element 1 x 1 and 2 x 1");
     }
     if !planar {
@@ -302,7 +306,7 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
     match tile.family {
         Family::Tiled => Some(CgemmShape::new(*tile, m, n, k, batch)),
         Family::Large => (tile.k_contiguous == Some(k_contiguous(&cm))).then(|| CgemmShape::large(*tile)),
-        Family::Element => Some(CgemmShape::element(*tile)),
+        Family::Element | Family::Dot => Some(CgemmShape::element(*tile)),
         Family::Tensor => tile
             .mma
             .filter(|_| tile.k_contiguous == Some(k_contiguous(&cm)))
@@ -358,7 +362,7 @@ pub fn cgemm(
     let tile = choose_tile(g, false);
     let pointers = [("a", a.device_ptr(stream).0), ("b", b.device_ptr(stream).0), ("c", c.device_ptr_mut(stream).0)];
     let aligned = pointers.iter().all(|&(buffer, p)| p.is_multiple_of(alignment(tile, buffer)));
-    // The planar choice (Tiled or Element) takes any alignment.
+    // The planar choice (Tiled, Element or Dot) takes any alignment.
     let tile = if aligned { tile } else { choose_tile(g, true) };
     cgemm_with_tile(gpu, stream, g, tile, alpha, a, b, beta, c)
 }
@@ -416,7 +420,7 @@ pub fn cgemm_planar<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
     cgemm_planar_with_tile(gpu, stream, g, choose_tile(g, true), alpha, a, b, beta, c)
 }
 
-/// [`cgemm_planar`] with a `Tiled` or `Element` variant of the caller's choice (the others
+/// [`cgemm_planar`] with a `Tiled`, `Element` or `Dot` variant of the caller's choice (the others
 /// take interleaved storage only: [`Error::InvalidShape`]).
 #[allow(clippy::too_many_arguments)]
 pub fn cgemm_planar_with_tile<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
@@ -430,7 +434,7 @@ pub fn cgemm_planar_with_tile<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
     beta: Complex32,
     c: PlanarMut<'_, Q>,
 ) -> Result<()> {
-    if !matches!(tile.family, Family::Tiled | Family::Element) {
+    if !matches!(tile.family, Family::Tiled | Family::Element | Family::Dot) {
         return Err(Error::invalid("tile", format!("{} takes interleaved storage only", tile.name)));
     }
     // Each part must hold the elements; the shorter of a pair decides.
@@ -464,7 +468,7 @@ fn alignment(tile: &CgemmTile, buffer: &str) -> u64 {
     match tile.family {
         Family::Whole if buffer != "c" => 16,
         Family::Tensor => 8,
-        Family::Whole | Family::Tiled | Family::Large | Family::Element => 1,
+        Family::Whole | Family::Tiled | Family::Large | Family::Element | Family::Dot => 1,
     }
 }
 
@@ -597,7 +601,7 @@ fn launch(
     // Whole blocks walk their items grid-stride: as many as the SMs hold at once.
     let resident = match tile.family {
         Family::Whole => gpu.resident_blocks(tile.name, CGEMM_THREADS, shape.smem_bytes())?.max(1) * gpu.sm_count(),
-        Family::Tiled | Family::Large | Family::Element | Family::Tensor => u32::MAX,
+        Family::Tiled | Family::Large | Family::Element | Family::Dot | Family::Tensor => u32::MAX,
     };
     for (first, count, items) in launches(g, &shape) {
         let mut p = params(g, &shape, alpha, beta, first, count);
@@ -605,8 +609,12 @@ fn launch(
         (p.a_len, p.b_len) = (lengths[0], lengths[1]);
         p.planar = planar as u32;
         set_pairs(&mut p);
-        // An Element block covers 256 items (outputs); the others one item at a time.
-        let blocks = if tile.family == Family::Element { items.div_ceil(CGEMM_THREADS) } else { items.min(resident) };
+        // An Element block covers 256 items (outputs), a Dot block 8; the others one at a time.
+        let blocks = match tile.family {
+            Family::Element => items.div_ceil(CGEMM_THREADS),
+            Family::Dot => items.div_ceil(CGEMM_THREADS / 32),
+            _ => items.min(resident),
+        };
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (tile.threads(), 1, 1),

@@ -37,6 +37,7 @@ fn emulate(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32],
         Family::Whole => return emulate_whole(case, tile, a, b, c),
         Family::Large => return emulate_large(case, tile, a, b, c),
         Family::Element => return emulate_element(case, tile, a, b, c),
+        Family::Dot => return emulate_dot(case, tile, a, b, c),
         Family::Tensor => return emulate_tensor(case, tile, a, b, c),
         Family::Tiled => {}
     }
@@ -336,6 +337,61 @@ fn emulate_element(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Com
                     c[o] = p.epilogue(acc, || input[o]);
                 }
             }
+        }
+    }
+    assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");
+}
+
+/// The `Dot` kernel on the CPU: each work item one output, summed as its warp does (each
+/// lane's k-steps in order, pairs of them where both operands are contiguous and aligned
+/// along k, then the shuffle tree); asserts every 16-byte pair aligned and inside its buffer.
+fn emulate_dot(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
+    let g = &case.g;
+    let cm = g.column_major();
+    let (a, b) = if g.layout == Layout::RowMajor { (b, a) } else { (a, b) };
+    let shape = cgemm::shape(g, tile).unwrap();
+    let mut written = vec![0u8; c.len()];
+    let input = c.to_vec();
+    for (first, count, items) in cgemm::launches(g, &shape) {
+        let mut p = cgemm::params(g, &shape, case.alpha, case.beta, first, count);
+        cgemm::set_pairs(&mut p);
+        assert_eq!(items as u64, count * (cm.m * cm.n) as u64);
+        for item in 0..items {
+            let at = p.item_coords(item);
+            let batch = (p.batch_base + at.first as u64) as usize;
+            let (row, col) = (at.row0 as usize, at.col0 as usize);
+            assert!(row < cm.m && col < cm.n);
+            let (a_row, a_l) = if cm.op_a == Op::N { (row, cm.lda) } else { (row * cm.lda, 1) };
+            let (b_col, b_l) = if cm.op_b == Op::N { (col * cm.ldb, 1) } else { (col, cm.ldb) };
+            let (a_row, b_col) = (batch * cm.stride_a + a_row, batch * cm.stride_b + b_col);
+            let step = if p.a_pairs != 0 && p.b_pairs != 0 && a_l == 1 && b_l == 1 { 2 } else { 1 };
+            let read = |v: &[Complex32], at: usize, op: Op| if op == Op::C { v[at].conj() } else { v[at] };
+            let mut lanes = [Complex32::ZERO; 32];
+            for (lane, acc) in lanes.iter_mut().enumerate() {
+                let mut l0 = lane * step;
+                while l0 < cm.k {
+                    if step == 2 && l0 + 1 < cm.k {
+                        for at in [a_row + l0, b_col + l0] {
+                            assert!(at.is_multiple_of(2), "{case}: a 16-byte pair off its alignment");
+                        }
+                        assert!(a_row + l0 + 1 < a.len() && b_col + l0 + 1 < b.len(), "{case}: a pair past its buffer");
+                    }
+                    for l in l0..(l0 + step).min(cm.k) {
+                        *acc = read(a, a_row + l * a_l, cm.op_a).mul_add(read(b, b_col + l * b_l, cm.op_b), *acc);
+                    }
+                    l0 += 32 * step;
+                }
+            }
+            let mut delta = 16;
+            while delta > 0 {
+                for lane in 0..delta {
+                    lanes[lane] = lanes[lane] + lanes[lane + delta];
+                }
+                delta /= 2;
+            }
+            let o = batch * cm.stride_c + row + col * cm.ldc;
+            written[o] += 1;
+            c[o] = p.epilogue(lanes[0], || input[o]);
         }
     }
     assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");
@@ -672,7 +728,10 @@ fn shapes_fit_shared_memory_and_cover_their_tiles() {
     let dense = BatchedGemm::packed(32, 256, 256, 10, Op::N, Op::N, Layout::RowMajor);
     assert_eq!(cgemm::choose_tile(&dense, false).name, "cgemm_tc_128x32_mk", "C^T is 256 x 32");
     let gemv = BatchedGemm::packed(1, 256, 256, 10, Op::N, Op::N, Layout::RowMajor);
-    assert_eq!(cgemm::choose_tile(&gemv, false).family, Family::Element, "x . W, one row of C");
+    assert_eq!(cgemm::choose_tile(&gemv, false).name, "cgemm_element_t2x1", "x . W, one row of C");
+    assert_eq!(cgemm::choose_tile(&gemv, true).name, "cgemm_element", "planar: one row per thread");
+    let gemv_t = BatchedGemm::packed(256, 1, 256, 10, Op::C, Op::N, Layout::ColMajor);
+    assert_eq!(cgemm::choose_tile(&gemv_t, false).family, Family::Dot, "A^H x: A's rows run along k");
     assert_eq!(cgemm::choose_tile(&big, true).name, "cgemm_t4x4");
 }
 
@@ -690,7 +749,9 @@ fn the_heuristic_always_picks_a_variant_that_computes_the_problem() {
                             for planar in [false, true] {
                                 let tile = cgemm::choose_tile(&g, planar);
                                 assert!(cgemm::shape(&g, tile).is_some(), "{} for {g:?}", tile.name);
-                                assert!(!planar || matches!(tile.family, Family::Tiled | Family::Element));
+                                assert!(
+                                    !planar || matches!(tile.family, Family::Tiled | Family::Element | Family::Dot)
+                                );
                             }
                         }
                     }

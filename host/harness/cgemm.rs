@@ -329,11 +329,14 @@ impl CgemmCheck {
     }
 }
 
-/// The variants that compute `case`: every `Tiled` one and `Element`, and with interleaved
-/// storage the `Whole` ones that hold its matrices and the `Large` ones for its stored
-/// layouts.
+/// The variants that compute `case`: every `Tiled`, `Element` and `Dot` one (planar storage
+/// too), and with interleaved storage the `Whole` ones that hold its matrices and the `Large`
+/// and `Tensor` ones for its stored layouts.
 pub fn variants(case: &CgemmCase) -> impl Iterator<Item = &'static CgemmTile> + '_ {
-    CGEMM_TILES.iter().filter(|t| t.family == Family::Tiled || !case.planar && cgemm::shape(&case.g, t).is_some())
+    CGEMM_TILES.iter().filter(|t| {
+        matches!(t.family, Family::Tiled | Family::Element | Family::Dot)
+            || !case.planar && cgemm::shape(&case.g, t).is_some()
+    })
 }
 
 /// Checks one case with every variant that computes it: random A, B and C (NaN where β = 0, which must

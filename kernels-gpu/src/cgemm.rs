@@ -85,9 +85,14 @@ pub enum Family {
     /// tile, shared-memory reads at constant offsets. Compiled per stored layout of A and B
     /// (whether k is contiguous in each); interleaved storage.
     Large,
-    /// One thread per output, operands read through L1 (no shared memory), k unrolled by 8:
-    /// matrix-vector shapes (C with one or two columns), where a tile would idle threads.
+    /// `TM` outputs of a column per thread, operands read through L1 (no shared memory), k
+    /// unrolled by 8: matrix-vector shapes (C with one or two columns), where a tile would idle
+    /// threads.
     Element,
+    /// One output per warp, the lanes along k and their sums added by shuffles: the
+    /// matrix-vector shapes whose A is stored with k contiguous (op T or C), where one
+    /// thread per output would read a line per lane.
+    Dot,
     /// A `bm x bn` tile of one matrix per block on the tensor cores, 3xTF32 (an error within
     /// `5 · 2^-22` of each product's magnitude beyond f32 summation's), interleaved storage
     /// (8-byte aligned), any ops; compiled per stored layout of A and B: [`tensor`].
@@ -188,6 +193,7 @@ cgemm_tiles!(
     (cgemm_large_t1x4_kk, Large, 1, 4, Some([true, true]), None, large::<1, 4, true, true>),
     (cgemm_element, Element, 1, 1, None, None, element::<1>),
     (cgemm_element_t2x1, Element, 2, 1, None, None, element::<2>),
+    (cgemm_dot, Dot, 1, 1, None, None, dot),
     (
         cgemm_tc_16x16_mn,
         Tensor,
@@ -670,7 +676,7 @@ impl CgemmShape {
         }
     }
 
-    /// The shape of an `Element` variant: a work item is `TM` outputs of one column.
+    /// The shape of an `Element` (or `Dot`) variant: a work item is `TM` outputs of one column.
     pub const fn element(tile: CgemmTile) -> CgemmShape {
         CgemmShape {
             tile,
@@ -743,7 +749,7 @@ impl CgemmShape {
             Family::Whole => return 8 * WHOLE_STAGES * WHOLE_STAGE,
             // Two stages of both chunks.
             Family::Large => return self.stages * 8 * LARGE_BK * (self.a_pitch() + self.b_pitch()),
-            Family::Element => return 0,
+            Family::Element | Family::Dot => return 0,
             // Every Tensor tile has its MmaTile (CGEMM_TILES is constant, and tested).
             Family::Tensor => {
                 return match (self.tile.mma, self.tile.k_contiguous) {
@@ -1055,6 +1061,26 @@ mod kernel {
         }
     }
 
+    /// `α · acc + β · c` stored to C's element `at_c`: interleaved at `c`, or planar (`re` at
+    /// `c`, `im` at `c_im`).
+    #[inline(always)]
+    fn store_output(p: &CgemmParams, planar: bool, (c, c_im): (u64, u64), at_c: u64, acc: Complex32) {
+        let value = p.epilogue(acc, || {
+            if planar {
+                Complex32 { re: ld_global_f32(c + 4 * at_c), im: ld_global_f32(c_im + 4 * at_c) }
+            } else {
+                let [re, im] = ld_global_f32x2(c + 8 * at_c);
+                Complex32 { re, im }
+            }
+        });
+        if planar {
+            stg_f32(c + 4 * at_c, value.re);
+            stg_f32(c_im + 4 * at_c, value.im);
+        } else {
+            stg_f32x2(c + 8 * at_c, [value.re, value.im]);
+        }
+    }
+
     #[inline(always)]
     fn lds(addr: u32) -> Complex32 {
         let [re, im] = ld_shared_f32x2(addr);
@@ -1161,23 +1187,7 @@ mod kernel {
                         for i in 0..TM {
                             for j in 0..TN {
                                 if let Some(at_c) = p.output(this_at, t, i as u32, j as u32) {
-                                    let value = p.epilogue(acc[i][j], || {
-                                        if planar {
-                                            Complex32 {
-                                                re: ld_global_f32(c + 4 * at_c),
-                                                im: ld_global_f32(c_im + 4 * at_c),
-                                            }
-                                        } else {
-                                            let [re, im] = ld_global_f32x2(c + 8 * at_c);
-                                            Complex32 { re, im }
-                                        }
-                                    });
-                                    if planar {
-                                        stg_f32(c + 4 * at_c, value.re);
-                                        stg_f32(c_im + 4 * at_c, value.im);
-                                    } else {
-                                        stg_f32x2(c + 8 * at_c, [value.re, value.im]);
-                                    }
+                                    store_output(p, planar, (c, c_im), at_c, acc[i][j]);
                                 }
                             }
                         }
@@ -1575,20 +1585,85 @@ mod kernel {
                 break;
             }
             let at_c = batch * p.stride_c + row as u64 + col * p.ldc as u64;
-            let value = p.epilogue(acc[r], || {
-                if planar {
-                    Complex32 { re: ld_global_f32(c + 4 * at_c), im: ld_global_f32(c_im + 4 * at_c) }
-                } else {
-                    let [re, im] = ld_global_f32x2(c + 8 * at_c);
-                    Complex32 { re, im }
-                }
-            });
-            if planar {
-                stg_f32(c + 4 * at_c, value.re);
-                stg_f32(c_im + 4 * at_c, value.im);
-            } else {
-                stg_f32x2(c + 8 * at_c, [value.re, value.im]);
-            }
+            store_output(p, planar, (c, c_im), at_c, acc[r]);
         }
+    }
+
+    /// Threads (lanes) per `Dot` output.
+    const DOT_LANES: u32 = 32;
+
+    /// One output per warp (work item = output): the lanes stride along k, two k-steps per
+    /// 16-byte load of each operand where both are contiguous along k and their pairs aligned
+    /// (`a_pairs`, `b_pairs`), and the partial sums meet by shuffles.
+    pub unsafe fn dot(p: &CgemmParams) {
+        let item = block_idx_x() * (CGEMM_THREADS / DOT_LANES) + thread_idx_x() / DOT_LANES;
+        // Uniform over the warp, so whole warps leave together and the shuffles see all lanes.
+        if item >= p.items {
+            return;
+        }
+        let at = p.item_coords(item);
+        let batch = p.batch_base + at.first as u64;
+        let (row, col) = (at.row0 as u64, at.col0 as u64);
+        // op(A)[row, l] at a_row + l · a_l; op(B)[l, col] at b_col + l · b_l.
+        let (a_row, a_l) = if p.op_a == Op::N as u32 { (row, p.lda as u64) } else { (row * p.lda as u64, 1) };
+        let (b_col, b_l) = if p.op_b == Op::N as u32 { (col * p.ldb as u64, 1) } else { (col, p.ldb as u64) };
+        let (a_row, b_col) = (batch * p.stride_a + a_row, batch * p.stride_b + b_col);
+        let mut acc = if p.a_pairs != 0 && p.b_pairs != 0 && a_l == 1 && b_l == 1 {
+            dot_lanes::<2>(p, a_row, a_l, b_col, b_l)
+        } else {
+            dot_lanes::<1>(p, a_row, a_l, b_col, b_l)
+        };
+        let mut delta = DOT_LANES / 2;
+        while delta > 0 {
+            acc.re += shfl_down_f32(acc.re, delta);
+            acc.im += shfl_down_f32(acc.im, delta);
+            delta /= 2;
+        }
+        if thread_idx_x() % DOT_LANES == 0 {
+            let c = (to_global(p.c), to_global(p.c_im));
+            store_output(p, p.planar != 0, c, batch * p.stride_c + row + col * p.ldc as u64, acc);
+        }
+    }
+
+    /// This lane's part of a `Dot` output: k-steps `STEP · lane + 32 · STEP · j (+ 1)`, four
+    /// strides of the warp in flight at a time; `STEP` 2 reads each operand's pair as one
+    /// 16-byte load (8 bytes for a last k-step of its own).
+    #[inline(always)]
+    unsafe fn dot_lanes<const STEP: usize>(p: &CgemmParams, a_row: u64, a_l: u64, b_col: u64, b_l: u64) -> Complex32 {
+        const UNROLL: usize = 4;
+        let stride = DOT_LANES * STEP as u32;
+        let planar = p.planar != 0;
+        let sign = |op: u32| if op == Op::C as u32 { -1.0 } else { 1.0 };
+        let (a_sign, b_sign) = (sign(p.op_a), sign(p.op_b));
+        let (a, a_im, b, b_im) = (to_global(p.a), to_global(p.a_im), to_global(p.b), to_global(p.b_im));
+        let mut acc = Complex32::ZERO;
+        let mut l0 = (thread_idx_x() % DOT_LANES) * STEP as u32;
+        while l0 < p.k {
+            let mut x = [[Complex32::ZERO; STEP]; UNROLL];
+            let mut y = [[Complex32::ZERO; STEP]; UNROLL];
+            for u in 0..UNROLL {
+                let l = l0 + u as u32 * stride;
+                if STEP == 2 && l + 1 < p.k {
+                    let [re0, im0, re1, im1] = ldg_nc_f32x4(a + 8 * (a_row + l as u64));
+                    x[u][0] = Complex32 { re: re0, im: im0 };
+                    x[u][STEP - 1] = Complex32 { re: re1, im: im1 };
+                    let [re0, im0, re1, im1] = ldg_nc_f32x4(b + 8 * (b_col + l as u64));
+                    y[u][0] = Complex32 { re: re0, im: im0 };
+                    y[u][STEP - 1] = Complex32 { re: re1, im: im1 };
+                } else if l < p.k {
+                    x[u][0] = load(planar, a, a_im, a_row + l as u64 * a_l);
+                    y[u][0] = load(planar, b, b_im, b_col + l as u64 * b_l);
+                }
+            }
+            for u in 0..UNROLL {
+                for s in 0..STEP {
+                    x[u][s].im *= a_sign;
+                    y[u][s].im *= b_sign;
+                    acc = x[u][s].mul_add(y[u][s], acc);
+                }
+            }
+            l0 += UNROLL as u32 * stride;
+        }
+        acc
     }
 }

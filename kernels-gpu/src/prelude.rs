@@ -136,13 +136,15 @@ pub fn stg_f32(global_addr: u64, v: f32) {
     unsafe { asm!("st.global.f32 [{a}], {v};", a = in(reg64) global_addr, v = in(reg32) v, options(nostack)) };
 }
 
-/// `shfl.sync.down` over the full warp (for warp reductions).
+/// `shfl.sync.down` over the full warp (for warp reductions): every lane must reach it
+/// together. Not `pure`, so that the compiler keeps it where it is written: sunk into a
+/// branch of the lanes that use its result, it would run on those lanes alone.
 #[inline(always)]
 pub fn shfl_down_f32(v: f32, delta: u32) -> f32 {
     let r: f32;
     unsafe {
         asm!("shfl.sync.down.b32 {r}, {v}, {d}, 0x1f, 0xffffffff;",
-            r = out(reg32) r, v = in(reg32) v, d = in(reg32) delta, options(pure, nomem, nostack))
+            r = out(reg32) r, v = in(reg32) v, d = in(reg32) delta, options(nomem, nostack))
     };
     r
 }
