@@ -294,15 +294,16 @@ pub(super) mod device {
         mma_tf32_m16n8k8(x2, y2, acc)
     }
 
-    /// One pair's copy to `slot`: 16 bytes of `source`, or `bytes` (8 or 0) of it and a zero
-    /// by two 8-byte copies, so that nothing past the pair's first element is read.
+    /// One pair's copy to `slot`: `bytes` of `source` (16, or 0 for two zeros) by one 16-byte
+    /// copy; 8 bytes and a zero by two 8-byte copies, so that nothing past the first element is
+    /// read.
     #[inline(always)]
     fn copy_pair(slot: u32, source: u64, bytes: u32) {
-        if bytes == 16 {
-            cp_async_f32x4(slot, source, 16);
-        } else {
-            cp_async_f32x2(slot, source, bytes);
+        if bytes == 8 {
+            cp_async_f32x2(slot, source, 8);
             cp_async_f32x2(slot + 8, source, 0);
+        } else {
+            cp_async_f32x4(slot, source, bytes);
         }
     }
 
