@@ -1530,7 +1530,7 @@ mod kernel {
     }
 
     #[inline(always)]
-    unsafe fn element_rows<const ROWS: usize, const PAIRED: bool>(p: &CgemmParams, at: BlockCoords) {
+    fn element_rows<const ROWS: usize, const PAIRED: bool>(p: &CgemmParams, at: BlockCoords) {
         const UNROLL: u32 = 8;
         let batch = p.batch_base + at.first as u64;
         let col = at.col0 as u64;
@@ -1619,7 +1619,7 @@ mod kernel {
             acc.im += shfl_down_f32(acc.im, delta);
             delta /= 2;
         }
-        if thread_idx_x() % DOT_LANES == 0 {
+        if thread_idx_x().is_multiple_of(DOT_LANES) {
             let c = (to_global(p.c), to_global(p.c_im));
             store_output(p, p.planar != 0, c, batch * p.stride_c + row + col * p.ldc as u64, acc);
         }
@@ -1629,7 +1629,7 @@ mod kernel {
     /// strides of the warp in flight at a time; `STEP` 2 reads each operand's pair as one
     /// 16-byte load (8 bytes for a last k-step of its own).
     #[inline(always)]
-    unsafe fn dot_lanes<const STEP: usize>(p: &CgemmParams, a_row: u64, a_l: u64, b_col: u64, b_l: u64) -> Complex32 {
+    fn dot_lanes<const STEP: usize>(p: &CgemmParams, a_row: u64, a_l: u64, b_col: u64, b_l: u64) -> Complex32 {
         const UNROLL: usize = 4;
         let stride = DOT_LANES * STEP as u32;
         let planar = p.planar != 0;
