@@ -307,9 +307,10 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
         Family::Tiled => Some(CgemmShape::new(*tile, m, n, k, batch)),
         Family::Large => (tile.k_contiguous == Some(k_contiguous(&cm))).then(|| CgemmShape::large(*tile)),
         Family::Element | Family::Dot => Some(CgemmShape::element(*tile)),
-        Family::Tensor => {
-            tile.mma.filter(|_| tile.k_contiguous == Some(k_contiguous(&cm))).map(|mma| CgemmShape::tensor(*tile, mma))
-        }
+        Family::Tensor => tile
+            .mma
+            .filter(|_| tile.k_contiguous == Some(k_contiguous(&cm)))
+            .map(|mma| CgemmShape::tensor(*tile, mma, k)),
         Family::Whole => {
             let span = cm.validate().ok()?.span;
             if span[2] > i32::MAX as usize {
@@ -597,12 +598,10 @@ fn launch(
         if g.layout == Layout::RowMajor { ((b, a), [lengths[1], lengths[0]]) } else { ((a, b), lengths) };
     let shape =
         shape(g, tile).ok_or_else(|| Error::invalid("tile", format!("{} does not compute this problem", tile.name)))?;
-    // Whole and Tensor blocks walk their items grid-stride: as many as the SMs hold at once.
+    // Whole blocks walk their items grid-stride: as many as the SMs hold at once.
     let resident = match tile.family {
-        Family::Whole | Family::Tensor => {
-            gpu.resident_blocks(tile.name, tile.threads(), shape.smem_bytes())?.max(1) * gpu.sm_count()
-        }
-        Family::Tiled | Family::Large | Family::Element | Family::Dot => u32::MAX,
+        Family::Whole => gpu.resident_blocks(tile.name, CGEMM_THREADS, shape.smem_bytes())?.max(1) * gpu.sm_count(),
+        Family::Tiled | Family::Large | Family::Element | Family::Dot | Family::Tensor => u32::MAX,
     };
     for (first, count, items) in launches(g, &shape) {
         let mut p = params(g, &shape, alpha, beta, first, count);

@@ -445,17 +445,10 @@ fn emulate_tensor(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Comp
         cgemm::set_pairs(&mut p); // buffers at address 0: pairs wherever the strides allow
         assert_eq!(kc, [p.op_a != Op::N as u32, p.op_b == Op::N as u32], "{case}: the variant's layouts");
         let conj = [p.op_a == Op::C as u32, p.op_b == Op::C as u32];
-        // Blocks walk the items grid-stride; a grid of a third of the items gives each block
-        // up to three, so that chunks run on through the ring from one item to the next.
-        let grid = items.div_ceil(3);
-        for block in 0..grid {
+        for item in 0..items {
+            let at = p.item_coords(item);
             let mut smem = SharedMemory::<Complex32>::new((shape.smem_bytes() / 8) as usize);
-            let block_items: Vec<u32> = (block..items).step_by(grid as usize).collect();
-            // The block's chunks in order: (item, chunk of the item).
-            let chunks: Vec<(u32, u32)> =
-                block_items.iter().flat_map(|&item| (0..p.chunks).map(move |chunk| (item, chunk))).collect();
-            let copy = |smem: &mut SharedMemory<Complex32>, stage: u32, (item, chunk): (u32, u32)| {
-                let at = p.item_coords(item);
+            let copy = |smem: &mut SharedMemory<Complex32>, stage: u32, chunk: u32| {
                 for thread in 0..t.threads() {
                     smem.item = thread;
                     for (is_a, src) in [(true, a), (false, b)] {
@@ -491,90 +484,85 @@ fn emulate_tensor(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Comp
                     }
                 }
             };
-            for (stage, &chunk) in chunks.iter().enumerate().take(STAGES as usize - 1) {
-                copy(&mut smem, stage as u32, chunk);
+            for stage in 0..(STAGES - 1).min(p.chunks) {
+                copy(&mut smem, stage, stage);
             }
-            let mut done = 0; // the block's chunks computed so far
-            for &item in &block_items {
-                let at = p.item_coords(item);
-                let cells = (warps as usize) * mt * nt;
-                let (mut acc_re, mut acc_im) = (vec![[[0.0f64; 4]; 32]; cells], vec![[[0.0f64; 4]; 32]; cells]);
-                for _ in 0..p.chunks {
-                    smem.barrier();
-                    let next = done + STAGES as usize - 1;
-                    if next < chunks.len() {
-                        copy(&mut smem, (next % STAGES as usize) as u32, chunks[next]);
-                    }
-                    let stage = (done as u32 % STAGES) * stage_slots;
-                    done += 1;
-                    for warp in 0..warps {
-                        let (mut part_re, mut part_im) =
-                            (vec![[[0.0f64; 4]; 32]; mt * nt], vec![[[0.0f64; 4]; 32]; mt * nt]);
-                        for ks in 0..t.k_steps() {
-                            let mut x: Vec<Split<4>> = (0..mt).map(|_| Split::new()).collect();
-                            let mut y: Vec<Split<2>> = (0..nt).map(|_| Split::new()).collect();
-                            for lane in 0..32 {
-                                smem.item = warp * 32 + lane;
-                                for (i, x) in x.iter_mut().enumerate() {
-                                    for e in 0..4 {
-                                        let (r, l) = t.a_fragment(lane, warp, i as u32, ks, e);
-                                        x.set(lane, e as usize, smem.load(stage + t.a_slot(r, l, kc[0])), conj[0]);
-                                    }
-                                }
-                                for (j, y) in y.iter_mut().enumerate() {
-                                    for e in 0..2 {
-                                        let (l, col) = t.b_fragment(lane, warp, j as u32, ks, e);
-                                        y.set(lane, e as usize, smem.load(stage + t.b_slot(l, col, kc)), conj[1]);
-                                    }
+            let cells = (warps as usize) * mt * nt;
+            let (mut acc_re, mut acc_im) = (vec![[[0.0f64; 4]; 32]; cells], vec![[[0.0f64; 4]; 32]; cells]);
+            for q in 0..p.chunks {
+                smem.barrier();
+                let next = q + STAGES - 1;
+                if next < p.chunks {
+                    copy(&mut smem, next % STAGES, next);
+                }
+                let stage = (q % STAGES) * stage_slots;
+                for warp in 0..warps {
+                    let (mut part_re, mut part_im) =
+                        (vec![[[0.0f64; 4]; 32]; mt * nt], vec![[[0.0f64; 4]; 32]; mt * nt]);
+                    for ks in 0..t.k_steps() {
+                        let mut x: Vec<Split<4>> = (0..mt).map(|_| Split::new()).collect();
+                        let mut y: Vec<Split<2>> = (0..nt).map(|_| Split::new()).collect();
+                        for lane in 0..32 {
+                            smem.item = warp * 32 + lane;
+                            for (i, x) in x.iter_mut().enumerate() {
+                                for e in 0..4 {
+                                    let (r, l) = t.a_fragment(lane, warp, i as u32, ks, e);
+                                    x.set(lane, e as usize, smem.load(stage + t.a_slot(r, l, kc[0])), conj[0]);
                                 }
                             }
-                            for (i, x) in x.iter().enumerate() {
-                                for (j, y) in y.iter().enumerate() {
-                                    let (neg, neg_small) = (negated(&y.big[1]), negated(&y.small[1]));
-                                    let re = &mut part_re[i * nt + j];
-                                    mma(&x.small[0], &y.big[0], re);
-                                    mma(&x.big[0], &y.small[0], re);
-                                    mma(&x.small[1], &neg, re);
-                                    mma(&x.big[1], &neg_small, re);
-                                    mma(&x.big[0], &y.big[0], re);
-                                    mma(&x.big[1], &neg, re);
-                                    let im = &mut part_im[i * nt + j];
-                                    mma(&x.small[0], &y.big[1], im);
-                                    mma(&x.big[0], &y.small[1], im);
-                                    mma(&x.small[1], &y.big[0], im);
-                                    mma(&x.big[1], &y.small[0], im);
-                                    mma(&x.big[0], &y.big[1], im);
-                                    mma(&x.big[1], &y.big[0], im);
+                            for (j, y) in y.iter_mut().enumerate() {
+                                for e in 0..2 {
+                                    let (l, col) = t.b_fragment(lane, warp, j as u32, ks, e);
+                                    y.set(lane, e as usize, smem.load(stage + t.b_slot(l, col, kc)), conj[1]);
                                 }
                             }
                         }
-                        let cells = (warp as usize) * mt * nt..;
-                        for (acc, part) in [(&mut acc_re[cells.clone()], &part_re), (&mut acc_im[cells], &part_im)] {
-                            for (cell, part) in acc.iter_mut().zip(part) {
-                                for (values, sums) in cell.iter_mut().zip(part) {
-                                    for (v, s) in values.iter_mut().zip(sums) {
-                                        *v += s;
-                                    }
+                        for (i, x) in x.iter().enumerate() {
+                            for (j, y) in y.iter().enumerate() {
+                                let (neg, neg_small) = (negated(&y.big[1]), negated(&y.small[1]));
+                                let re = &mut part_re[i * nt + j];
+                                mma(&x.small[0], &y.big[0], re);
+                                mma(&x.big[0], &y.small[0], re);
+                                mma(&x.small[1], &neg, re);
+                                mma(&x.big[1], &neg_small, re);
+                                mma(&x.big[0], &y.big[0], re);
+                                mma(&x.big[1], &neg, re);
+                                let im = &mut part_im[i * nt + j];
+                                mma(&x.small[0], &y.big[1], im);
+                                mma(&x.big[0], &y.small[1], im);
+                                mma(&x.small[1], &y.big[0], im);
+                                mma(&x.big[1], &y.small[0], im);
+                                mma(&x.big[0], &y.big[1], im);
+                                mma(&x.big[1], &y.big[0], im);
+                            }
+                        }
+                    }
+                    let cells = (warp as usize) * mt * nt..;
+                    for (acc, part) in [(&mut acc_re[cells.clone()], &part_re), (&mut acc_im[cells], &part_im)] {
+                        for (cell, part) in acc.iter_mut().zip(part) {
+                            for (values, sums) in cell.iter_mut().zip(part) {
+                                for (v, s) in values.iter_mut().zip(sums) {
+                                    *v += s;
                                 }
                             }
                         }
                     }
                 }
-                let c_matrix = (p.batch_base + at.first as u64) * p.stride_c;
-                for warp in 0..warps {
-                    for lane in 0..32 {
-                        for i in 0..mt {
-                            for j in 0..nt {
-                                for e in 0..4 {
-                                    let (r, col) = t.acc_place(lane, warp, i as u32, j as u32, e as u32);
-                                    let (row, column) = (at.row0 + r, at.col0 + col);
-                                    if row < p.m && column < p.n {
-                                        let cell = (warp as usize * mt + i) * nt + j;
-                                        let (re, im) = (acc_re[cell][lane as usize][e], acc_im[cell][lane as usize][e]);
-                                        let o = (c_matrix + row as u64 + column as u64 * p.ldc as u64) as usize;
-                                        written[o] += 1;
-                                        c[o] = p.epilogue(Complex32::new(re as f32, im as f32), || input[o]);
-                                    }
+            }
+            let c_matrix = (p.batch_base + at.first as u64) * p.stride_c;
+            for warp in 0..warps {
+                for lane in 0..32 {
+                    for i in 0..mt {
+                        for j in 0..nt {
+                            for e in 0..4 {
+                                let (r, col) = t.acc_place(lane, warp, i as u32, j as u32, e as u32);
+                                let (row, column) = (at.row0 + r, at.col0 + col);
+                                if row < p.m && column < p.n {
+                                    let cell = (warp as usize * mt + i) * nt + j;
+                                    let (re, im) = (acc_re[cell][lane as usize][e], acc_im[cell][lane as usize][e]);
+                                    let o = (c_matrix + row as u64 + column as u64 * p.ldc as u64) as usize;
+                                    written[o] += 1;
+                                    c[o] = p.epilogue(Complex32::new(re as f32, im as f32), || input[o]);
                                 }
                             }
                         }

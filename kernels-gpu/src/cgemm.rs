@@ -17,8 +17,7 @@
 //! - `Large`: a `16·TM x 16·TN` tile of one matrix per block, compiled per stored layout of A
 //!   and B, two shared-memory stages.
 //! - `Element`: one output per thread, operands through L1 (matrix-vector shapes).
-//! - `Tensor`: 3xTF32 on the tensor cores, a tile of one matrix per item, items grid-stride
-//!   ([`tensor`]).
+//! - `Tensor`: 3xTF32 on the tensor cores, a tile of one matrix per block ([`tensor`]).
 //!
 //! Work items and threads are unpacked with magic division. The host picks the variant and
 //! its [`CgemmShape`]; all the index math is here, shared with the host's tests.
@@ -94,8 +93,7 @@ pub enum Family {
     /// matrix-vector shapes whose A is stored with k contiguous (op T or C), where one
     /// thread per output would read a line per lane.
     Dot,
-    /// A `bm x bn` tile of one matrix per item on the tensor cores, blocks walking the items
-    /// grid-stride with the next chunks' copies in flight across items, 3xTF32 (an error within
+    /// A `bm x bn` tile of one matrix per block on the tensor cores, 3xTF32 (an error within
     /// `5 · 2^-22` of each product's magnitude beyond f32 summation's), interleaved storage
     /// (8-byte aligned), any ops; compiled per stored layout of A and B: [`tensor`].
     Tensor,
@@ -694,9 +692,9 @@ impl CgemmShape {
         }
     }
 
-    /// The shape of a `Tensor` variant: one `bm x bn` tile of one matrix per item, a block's
-    /// items' chunks through one ring of [`tensor::STAGES`] stages.
-    pub const fn tensor(tile: CgemmTile, mma: MmaTile) -> CgemmShape {
+    /// The shape of a `Tensor` variant for k of `k`: one `bm x bn` tile of one matrix per item.
+    pub const fn tensor(tile: CgemmTile, mma: MmaTile, k: u32) -> CgemmShape {
+        let chunks = k.div_ceil(mma.bk);
         CgemmShape {
             tile,
             bm: mma.bm(),
@@ -707,7 +705,7 @@ impl CgemmShape {
             per_block: 1,
             thread_rows: mma.warp_rows,
             thread_cols: mma.warp_cols,
-            stages: tensor::STAGES,
+            stages: max(min(chunks, tensor::STAGES), 1),
         }
     }
 

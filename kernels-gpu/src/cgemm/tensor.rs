@@ -22,17 +22,14 @@
 //! - **Output**: straight from the accumulators: per store, 8 lanes write 64 contiguous
 //!   bytes of a column.
 //!
-//! A work item is a `bm x bn` tile of one matrix, computed by `warp_rows x warp_cols` warps.
-//! Blocks walk the items grid-stride (as many blocks as the SMs hold), and the copies run on
-//! from one item's chunks to the next's, so the next item's first chunks are in flight while
-//! a block finishes and stores the current one. The host's tests run the copy, fragment and
-//! output math here against an f64 reference.
+//! A block computes a `bm x bn` tile of one matrix with `warp_rows x warp_cols` warps. The
+//! host's tests run the copy, fragment and output math here against an f64 reference.
 
 use super::{BlockCoords, CgemmParams};
 
-/// Stages of chunks in shared memory: two in flight while one is multiplied. A block walks
-/// its items grid-stride and its chunks run on through the ring from one item to the next:
-/// the block's chunk `s` (counted over its items) takes stage `s mod STAGES`.
+/// Stages of chunks in shared memory: two in flight while one is multiplied. A block of a
+/// problem with fewer chunks gets only as many (`CgemmShape::stages`): stage `s` is touched
+/// only by chunk `s` and those `STAGES` later.
 pub const STAGES: u32 = 3;
 
 /// A `Tensor` variant's warps, accumulator tiles and k-chunk.
@@ -274,7 +271,7 @@ impl CgemmParams {
 #[cfg(target_arch = "nvptx64")]
 pub(super) mod device {
     use super::super::{CgemmParams, Complex32, Op};
-    use super::{MmaTile, STAGES, TensorCopies, split_tf32};
+    use super::{MmaTile, STAGES, split_tf32};
     use crate::prelude::*;
 
     const SIGN: u32 = 0x8000_0000;
@@ -310,7 +307,7 @@ pub(super) mod device {
         }
     }
 
-    /// `bm x bn` tiles of one matrix each, grid-stride (module docs); `AK` / `BK`: A / B stored
+    /// One `bm x bn` tile of one matrix per block (module docs); `AK` / `BK`: A / B stored
     /// with k contiguous.
     ///
     /// # Safety
@@ -362,11 +359,11 @@ pub(super) mod device {
             n_tiles: NT as u32,
             bk: KB as u32,
         };
-        let grid = grid_dim_x();
-        let mut item = block_idx_x();
+        let item = block_idx_x();
         if item >= p.items {
             return;
         }
+        let at = p.item_coords(item);
         let thread = thread_idx_x();
         let (lane, warp) = (thread % 32, thread / 32);
         let (a, b, c, smem) = (to_global(p.a), to_global(p.b), to_global(p.c), smem_base());
@@ -378,12 +375,10 @@ pub(super) mod device {
         // operands (`PAIRS`) and an operand's chunk splits into them.
         let (a_pairs, b_pairs) = (PAIRS && t.pairs_fit(true, AK), PAIRS && t.pairs_fit(false, BK));
         let (a_first, b_first) = (t.copy_first(thread, true, AK, a_pairs), t.copy_first(thread, false, BK, b_pairs));
-        let copies_of = |item: u32| {
-            let at = p.item_coords(item);
-            (p.tensor_copies(true, AK, a, at, a_first), p.tensor_copies(false, BK, b, at, b_first))
-        };
+        let a_copies = p.tensor_copies(true, AK, a, at, a_first);
+        let b_copies = p.tensor_copies(false, BK, b, at, b_first);
         let copy = #[inline(always)]
-        |stage: u32, l0: u32, (a_copies, b_copies): &(TensorCopies, TensorCopies)| {
+        |stage: u32, l0: u32| {
             let base = smem + stage * stage_bytes;
             for u in 0..t.copies(true, a_pairs) {
                 let step = t.copy_step(u, true, AK, a_pairs);
@@ -409,115 +404,96 @@ pub(super) mod device {
             }
         };
 
-        // The copies run ahead of the products along the block's chunks, item after item
-        // (items grid-stride): the chunk `fetch_q` of item `fetch_item` is the next to copy.
-        let (mut fetch_item, mut fetch_q, mut fetching) = (item, 0, copies_of(item));
-        let mut fetch = #[inline(always)]
-        |stage: u32| {
-            if fetch_item < p.items {
-                copy(stage, fetch_q * t.bk, &fetching);
-                fetch_q += 1;
-                if fetch_q == chunks {
-                    (fetch_q, fetch_item) = (0, fetch_item + grid);
-                    if fetch_item < p.items {
-                        fetching = copies_of(fetch_item);
-                    }
-                }
-            }
-            // One commit per chunk, empty or not, keeps the group count (and so the wait
-            // below) uniform.
-            cp_async_commit();
-        };
+        // STAGES - 1 chunks in flight; one commit per chunk, empty or not, keeps the group
+        // count (and so the wait below) uniform.
         for stage in 0..STAGES - 1 {
-            fetch(stage);
+            if stage < chunks {
+                copy(stage, stage * t.bk);
+            }
+            cp_async_commit();
         }
 
         let conj = |op: u32| if op == Op::C as u32 { SIGN } else { 0 };
         let (conj_a, conj_b) = (conj(p.op_a), conj(p.op_b));
-        // Stages of the chunk computed next and of the one STAGES - 1 later (the stage of the
-        // chunk before), along the block's whole sequence of chunks.
+        let mut acc_re = [[[0.0f32; 4]; NT]; MT];
+        let mut acc_im = [[[0.0f32; 4]; NT]; MT];
+        // Stages of chunk q and of chunk q + STAGES - 1 (the one before q's).
         let (mut current, mut refill) = (0, STAGES - 1);
-        loop {
-            let at = p.item_coords(item);
-            let mut acc_re = [[[0.0f32; 4]; NT]; MT];
-            let mut acc_im = [[[0.0f32; 4]; NT]; MT];
-            let mut q = 0;
-            while q < chunks {
-                // After the barrier this chunk has landed for every thread, and every warp is
-                // done with the chunk before, whose stage the copy furthest ahead refills.
-                cp_async_wait_group::<{ STAGES - 2 }>();
-                sync_threads();
-                fetch(refill);
-                refill = current;
-
-                let stage = smem + current * stage_bytes;
-                current = if current + 1 == STAGES { 0 } else { current + 1 };
-                let mut part_re = [[[0.0f32; 4]; NT]; MT];
-                let mut part_im = [[[0.0f32; 4]; NT]; MT];
-                for ks in 0..t.k_steps() {
-                    // Values and residuals of every row tile's A fragment, per part.
-                    let (mut x_re, mut x_re_small) = ([[0u32; 4]; MT], [[0u32; 4]; MT]);
-                    let (mut x_im, mut x_im_small) = ([[0u32; 4]; MT], [[0u32; 4]; MT]);
-                    for i in 0..MT {
-                        for e in 0..4 {
-                            let (r, l) = t.a_fragment(lane, warp, i as u32, ks, e as u32);
-                            let [re, im] = ld_shared_f32x2(stage + 8 * t.a_slot(r, l, AK));
-                            (x_re[i][e], x_re_small[i][e]) = split_tf32(re);
-                            (x_im[i][e], x_im_small[i][e]) = split_tf32(f32::from_bits(im.to_bits() ^ conj_a));
-                        }
-                    }
-                    for j in 0..NT {
-                        let (mut y_re, mut y_re_small) = ([0u32; 2], [0u32; 2]);
-                        let (mut y_im, mut y_im_small) = ([0u32; 2], [0u32; 2]);
-                        for e in 0..2 {
-                            let (l, col) = t.b_fragment(lane, warp, j as u32, ks, e as u32);
-                            let [re, im] = ld_shared_f32x2(stage + 8 * t.b_slot(l, col, [AK, BK]));
-                            (y_re[e], y_re_small[e]) = split_tf32(re);
-                            (y_im[e], y_im_small[e]) = split_tf32(f32::from_bits(im.to_bits() ^ conj_b));
-                        }
-                        // -b.im, for the real part: negation is exact on value and residual alike.
-                        let y_neg = [y_im[0] ^ SIGN, y_im[1] ^ SIGN];
-                        let y_neg_small = [y_im_small[0] ^ SIGN, y_im_small[1] ^ SIGN];
-                        for i in 0..MT {
-                            let (re, im) = ((x_re[i], x_re_small[i]), (x_im[i], x_im_small[i]));
-                            let acc = part_re[i][j];
-                            part_re[i][j] = two_products(re, (y_re, y_re_small), im, (y_neg, y_neg_small), acc);
-                            let acc = part_im[i][j];
-                            part_im[i][j] = two_products(re, (y_im, y_im_small), im, (y_re, y_re_small), acc);
-                        }
-                    }
-                }
-                for i in 0..MT {
-                    for j in 0..NT {
-                        for e in 0..4 {
-                            acc_re[i][j][e] += part_re[i][j][e];
-                            acc_im[i][j][e] += part_im[i][j][e];
-                        }
-                    }
-                }
-                q += 1;
+        let mut q = 0;
+        while q < chunks {
+            // After the barrier chunk q has landed for every thread, and every warp is done
+            // with chunk q - 1, whose stage chunk q + STAGES - 1 refills.
+            cp_async_wait_group::<{ STAGES - 2 }>();
+            sync_threads();
+            if q + STAGES - 1 < chunks {
+                copy(refill, (q + STAGES - 1) * t.bk);
             }
-            let c_matrix = c + 8 * (p.batch_base + at.first as u64) * p.stride_c;
+            cp_async_commit();
+            refill = current;
+
+            let stage = smem + current * stage_bytes;
+            current = if current + 1 == STAGES { 0 } else { current + 1 };
+            let mut part_re = [[[0.0f32; 4]; NT]; MT];
+            let mut part_im = [[[0.0f32; 4]; NT]; MT];
+            for ks in 0..t.k_steps() {
+                // Values and residuals of every row tile's A fragment, per part.
+                let (mut x_re, mut x_re_small) = ([[0u32; 4]; MT], [[0u32; 4]; MT]);
+                let (mut x_im, mut x_im_small) = ([[0u32; 4]; MT], [[0u32; 4]; MT]);
+                for i in 0..MT {
+                    for e in 0..4 {
+                        let (r, l) = t.a_fragment(lane, warp, i as u32, ks, e as u32);
+                        let [re, im] = ld_shared_f32x2(stage + 8 * t.a_slot(r, l, AK));
+                        (x_re[i][e], x_re_small[i][e]) = split_tf32(re);
+                        (x_im[i][e], x_im_small[i][e]) = split_tf32(f32::from_bits(im.to_bits() ^ conj_a));
+                    }
+                }
+                for j in 0..NT {
+                    let (mut y_re, mut y_re_small) = ([0u32; 2], [0u32; 2]);
+                    let (mut y_im, mut y_im_small) = ([0u32; 2], [0u32; 2]);
+                    for e in 0..2 {
+                        let (l, col) = t.b_fragment(lane, warp, j as u32, ks, e as u32);
+                        let [re, im] = ld_shared_f32x2(stage + 8 * t.b_slot(l, col, [AK, BK]));
+                        (y_re[e], y_re_small[e]) = split_tf32(re);
+                        (y_im[e], y_im_small[e]) = split_tf32(f32::from_bits(im.to_bits() ^ conj_b));
+                    }
+                    // -b.im, for the real part: negation is exact on value and residual alike.
+                    let y_neg = [y_im[0] ^ SIGN, y_im[1] ^ SIGN];
+                    let y_neg_small = [y_im_small[0] ^ SIGN, y_im_small[1] ^ SIGN];
+                    for i in 0..MT {
+                        let (re, im) = ((x_re[i], x_re_small[i]), (x_im[i], x_im_small[i]));
+                        let acc = part_re[i][j];
+                        part_re[i][j] = two_products(re, (y_re, y_re_small), im, (y_neg, y_neg_small), acc);
+                        let acc = part_im[i][j];
+                        part_im[i][j] = two_products(re, (y_im, y_im_small), im, (y_re, y_re_small), acc);
+                    }
+                }
+            }
             for i in 0..MT {
                 for j in 0..NT {
                     for e in 0..4 {
-                        let (r, col) = t.acc_place(lane, warp, i as u32, j as u32, e as u32);
-                        let (row, column) = (at.row0 + r, at.col0 + col);
-                        if row < p.m && column < p.n {
-                            let at_c = c_matrix + 8 * (row as u64 + column as u64 * p.ldc as u64);
-                            let value = p.epilogue(Complex32 { re: acc_re[i][j][e], im: acc_im[i][j][e] }, || {
-                                let [re, im] = ld_global_f32x2(at_c);
-                                Complex32 { re, im }
-                            });
-                            stg_f32x2(at_c, [value.re, value.im]);
-                        }
+                        acc_re[i][j][e] += part_re[i][j][e];
+                        acc_im[i][j][e] += part_im[i][j][e];
                     }
                 }
             }
-            item += grid;
-            // The groups still open are empty: they were for chunks past the last item.
-            if item >= p.items {
-                return;
+            q += 1;
+        }
+
+        let c_matrix = c + 8 * (p.batch_base + at.first as u64) * p.stride_c;
+        for i in 0..MT {
+            for j in 0..NT {
+                for e in 0..4 {
+                    let (r, col) = t.acc_place(lane, warp, i as u32, j as u32, e as u32);
+                    let (row, column) = (at.row0 + r, at.col0 + col);
+                    if row < p.m && column < p.n {
+                        let at_c = c_matrix + 8 * (row as u64 + column as u64 * p.ldc as u64);
+                        let value = p.epilogue(Complex32 { re: acc_re[i][j][e], im: acc_im[i][j][e] }, || {
+                            let [re, im] = ld_global_f32x2(at_c);
+                            Complex32 { re, im }
+                        });
+                        stg_f32x2(at_c, [value.re, value.im]);
+                    }
+                }
             }
         }
     }
