@@ -221,7 +221,8 @@ fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
 ///   columns, or 8 rows and 64 columns ([`tensor_tile`]);
 /// - `Large` 1 x 4 where C has 8 to 16 rows and at least 64 columns (k under 8);
 /// - `Whole` where the matrices fit a block whole: 1 row per thread up to 16 rows (then 1,
-///   2 or 4 columns per thread from 1, 2 and 8 columns), 2 up to 32 (2 columns, 4 past 32);
+///   2 or 4 columns per thread from 1, 4 and 8 columns), 2 up to 32 (1, 2 or 4 columns from
+///   1, 2 and 33);
 /// - else `Large` from 32 rows and 8 columns: 4 rows per thread from 64, else 2; 2
 ///   columns from 32, else 1;
 /// - else `Tiled`, 4 rows (columns) per thread from 24 on, 2 from 12, else 1.
@@ -252,6 +253,7 @@ pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
         };
         let tn = match n {
             1 => 1,
+            2..=3 if tm == 1 => 1,
             2..=7 => 2,
             _ if tm == 1 => 4,
             8..=32 => 2,
