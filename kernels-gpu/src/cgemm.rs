@@ -641,6 +641,9 @@ impl CgemmShape {
             Some(more) => 1 + more,
             None => batch, // one copy serves every matrix
         };
+        // Whole rounds where the last would be less than half full: its few matrices would
+        // idle most threads for a round.
+        let fits = if fits > per_round && fits % per_round < per_round / 2 { fits - fits % per_round } else { fits };
         let per_block = min(fits, batch);
         let per_round = min(per_round, per_block);
         let rounds = per_block.div_ceil(per_round);
