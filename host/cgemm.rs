@@ -10,7 +10,7 @@ use crate::{Error, Gpu, Result};
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels_gpu::{
     MagicDiv,
-    cgemm::{CGEMM_THREADS, CgemmParams, CgemmShape, MAX_ITEMS, cgemm_tile},
+    cgemm::{CGEMM_THREADS, CgemmParams, CgemmShape, DOT_LANES, MAX_ITEMS, cgemm_tile},
     verify::Tolerance,
 };
 
@@ -611,10 +611,11 @@ fn launch(
         (p.a_len, p.b_len) = (lengths[0], lengths[1]);
         p.planar = planar as u32;
         set_pairs(&mut p);
-        // An Element block covers 256 items (outputs), a Dot block 8; the others one at a time.
+        // An Element block covers 256 items (outputs), a Dot block one per warp; the others
+        // one at a time.
         let blocks = match tile.family {
             Family::Element => items.div_ceil(CGEMM_THREADS),
-            Family::Dot => items.div_ceil(CGEMM_THREADS / 32),
+            Family::Dot => items.div_ceil(CGEMM_THREADS / DOT_LANES),
             _ => items.min(resident),
         };
         let cfg = LaunchConfig {

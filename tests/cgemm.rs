@@ -16,7 +16,8 @@ use convkit::{
 };
 use kernels_gpu::{
     cgemm::{
-        CGEMM_THREADS, CgemmShape, LARGE_BK, MmaTile, STAGE_ELEMENTS, ThreadCoords, WHOLE_STAGE, large_element,
+        CGEMM_THREADS, CgemmShape, DOT_LANES, LARGE_BK, MmaTile, STAGE_ELEMENTS, ThreadCoords, WHOLE_STAGE,
+        large_element,
         tensor::{STAGES, split_tf32},
     },
     random::mix,
@@ -366,7 +367,7 @@ fn emulate_dot(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex
             let (a_row, b_col) = (batch * cm.stride_a + a_row, batch * cm.stride_b + b_col);
             let step = if p.a_pairs != 0 && p.b_pairs != 0 && a_l == 1 && b_l == 1 { 2 } else { 1 };
             let read = |v: &[Complex32], at: usize, op: Op| if op == Op::C { v[at].conj() } else { v[at] };
-            let mut lanes = [Complex32::ZERO; 32];
+            let mut lanes = [Complex32::ZERO; DOT_LANES as usize];
             for (lane, acc) in lanes.iter_mut().enumerate() {
                 let mut l0 = lane * step;
                 while l0 < cm.k {
@@ -379,10 +380,10 @@ fn emulate_dot(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex
                     for l in l0..(l0 + step).min(cm.k) {
                         *acc = read(a, a_row + l * a_l, cm.op_a).mul_add(read(b, b_col + l * b_l, cm.op_b), *acc);
                     }
-                    l0 += 32 * step;
+                    l0 += DOT_LANES as usize * step;
                 }
             }
-            let mut delta = 16;
+            let mut delta = DOT_LANES as usize / 2;
             while delta > 0 {
                 for lane in 0..delta {
                     lanes[lane] = lanes[lane] + lanes[lane + delta];

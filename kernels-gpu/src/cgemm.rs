@@ -99,6 +99,9 @@ pub enum Family {
     Tensor,
 }
 
+/// Threads (a warp's lanes) per `Dot` output.
+pub const DOT_LANES: u32 = 32;
+
 /// K per staged chunk of the `Large` family.
 pub const LARGE_BK: u32 = 16;
 
@@ -128,365 +131,120 @@ impl CgemmTile {
     }
 }
 
+/// Declares every variant: [`CGEMM_TILES`] and, in the PTX, one entry point per variant. The
+/// `Large` and `Tensor` tiles come in four stored layouts each (A, B with k contiguous or
+/// not: `mn`, `mk`, `kn`, `kk`); a `Tensor` tile's [`MmaTile`] is its kernel's const
+/// generics, and its rows and columns per warp follow from them.
 macro_rules! cgemm_tiles {
-    ($(($name:ident, $family:ident, $tm:expr, $tn:expr, $kc:expr, $mma:expr, $kernel:path)),* $(,)?) => {
+    (
+        plain: [$(($name:ident, $family:ident, $tm:literal, $tn:literal, $kernel:path)),* $(,)?],
+        large: [$(([$l_mn:ident, $l_mk:ident, $l_kn:ident, $l_kk:ident], $l_tm:literal, $l_tn:literal)),* $(,)?],
+        tensor: [$(
+            ([$t_mn:ident, $t_mk:ident, $t_kn:ident, $t_kk:ident],
+             $wr:literal, $wc:literal, $mt:literal, $nt:literal, $kb:literal)
+        ),* $(,)?] $(,)?
+    ) => {
         /// Every variant in the PTX.
-        pub const CGEMM_TILES: &[CgemmTile] = &[$(CgemmTile {
-            name: stringify!($name), family: Family::$family, tm: $tm, tn: $tn, k_contiguous: $kc, mma: $mma,
-        }),*];
+        pub const CGEMM_TILES: &[CgemmTile] = &[
+            $(CgemmTile {
+                name: stringify!($name), family: Family::$family, tm: $tm, tn: $tn, k_contiguous: None, mma: None,
+            },)*
+            $(
+                layout_tile(stringify!($l_mn), Family::Large, $l_tm, $l_tn, [false, false], None),
+                layout_tile(stringify!($l_mk), Family::Large, $l_tm, $l_tn, [false, true], None),
+                layout_tile(stringify!($l_kn), Family::Large, $l_tm, $l_tn, [true, false], None),
+                layout_tile(stringify!($l_kk), Family::Large, $l_tm, $l_tn, [true, true], None),
+            )*
+            $(
+                layout_tile(stringify!($t_mn), Family::Tensor, 16 * $mt, 8 * $nt, [false, false],
+                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb })),
+                layout_tile(stringify!($t_mk), Family::Tensor, 16 * $mt, 8 * $nt, [false, true],
+                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb })),
+                layout_tile(stringify!($t_kn), Family::Tensor, 16 * $mt, 8 * $nt, [true, false],
+                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb })),
+                layout_tile(stringify!($t_kk), Family::Tensor, 16 * $mt, 8 * $nt, [true, true],
+                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb })),
+            )*
+        ];
 
         #[cfg(target_arch = "nvptx64")]
         mod entry {
             use super::kernel::*;
             use super::tensor::device::tensor;
-            $(
-                #[unsafe(no_mangle)]
-                pub unsafe extern "ptx-kernel" fn $name(p: super::CgemmParams) {
-                    unsafe { $kernel(&p) }
-                }
-            )*
+            $(cgemm_tiles!(@entry $name, $kernel);)*
+            $(cgemm_tiles!(@layouts [$l_mn, $l_mk, $l_kn, $l_kk], large, [$l_tm, $l_tn]);)*
+            $(cgemm_tiles!(@layouts [$t_mn, $t_mk, $t_kn, $t_kk], tensor, [$wr, $wc, $mt, $nt, $kb]);)*
+        }
+    };
+    (@layouts [$mn:ident, $mk:ident, $kn:ident, $kk:ident], $kernel:ident, [$($g:literal),*]) => {
+        cgemm_tiles!(@entry $mn, $kernel::<$($g,)* false, false>);
+        cgemm_tiles!(@entry $mk, $kernel::<$($g,)* false, true>);
+        cgemm_tiles!(@entry $kn, $kernel::<$($g,)* true, false>);
+        cgemm_tiles!(@entry $kk, $kernel::<$($g,)* true, true>);
+    };
+    (@entry $name:ident, $kernel:path) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: super::CgemmParams) {
+            unsafe { $kernel(&p) }
         }
     };
 }
 
 cgemm_tiles!(
-    (cgemm_t1x1, Tiled, 1, 1, None, None, tiled::<1, 1>),
-    (cgemm_t1x2, Tiled, 1, 2, None, None, tiled::<1, 2>),
-    (cgemm_t1x4, Tiled, 1, 4, None, None, tiled::<1, 4>),
-    (cgemm_t2x1, Tiled, 2, 1, None, None, tiled::<2, 1>),
-    (cgemm_t2x2, Tiled, 2, 2, None, None, tiled::<2, 2>),
-    (cgemm_t2x4, Tiled, 2, 4, None, None, tiled::<2, 4>),
-    (cgemm_t4x1, Tiled, 4, 1, None, None, tiled::<4, 1>),
-    (cgemm_t4x2, Tiled, 4, 2, None, None, tiled::<4, 2>),
-    (cgemm_t4x4, Tiled, 4, 4, None, None, tiled::<4, 4>),
-    (cgemm_whole_t1x1, Whole, 1, 1, None, None, whole::<1, 1>),
-    (cgemm_whole_t1x2, Whole, 1, 2, None, None, whole::<1, 2>),
-    (cgemm_whole_t1x4, Whole, 1, 4, None, None, whole::<1, 4>),
-    (cgemm_whole_t2x1, Whole, 2, 1, None, None, whole::<2, 1>),
-    (cgemm_whole_t2x2, Whole, 2, 2, None, None, whole::<2, 2>),
-    (cgemm_whole_t2x4, Whole, 2, 4, None, None, whole::<2, 4>),
-    (cgemm_whole_t4x1, Whole, 4, 1, None, None, whole::<4, 1>),
-    (cgemm_whole_t4x2, Whole, 4, 2, None, None, whole::<4, 2>),
-    (cgemm_large_t4x4_mn, Large, 4, 4, Some([false, false]), None, large::<4, 4, false, false>),
-    (cgemm_large_t4x4_mk, Large, 4, 4, Some([false, true]), None, large::<4, 4, false, true>),
-    (cgemm_large_t4x4_kn, Large, 4, 4, Some([true, false]), None, large::<4, 4, true, false>),
-    (cgemm_large_t4x4_kk, Large, 4, 4, Some([true, true]), None, large::<4, 4, true, true>),
-    (cgemm_large_t4x2_mn, Large, 4, 2, Some([false, false]), None, large::<4, 2, false, false>),
-    (cgemm_large_t4x2_mk, Large, 4, 2, Some([false, true]), None, large::<4, 2, false, true>),
-    (cgemm_large_t4x2_kn, Large, 4, 2, Some([true, false]), None, large::<4, 2, true, false>),
-    (cgemm_large_t4x2_kk, Large, 4, 2, Some([true, true]), None, large::<4, 2, true, true>),
-    (cgemm_large_t2x4_mn, Large, 2, 4, Some([false, false]), None, large::<2, 4, false, false>),
-    (cgemm_large_t2x4_mk, Large, 2, 4, Some([false, true]), None, large::<2, 4, false, true>),
-    (cgemm_large_t2x4_kn, Large, 2, 4, Some([true, false]), None, large::<2, 4, true, false>),
-    (cgemm_large_t2x4_kk, Large, 2, 4, Some([true, true]), None, large::<2, 4, true, true>),
-    (cgemm_large_t2x2_mn, Large, 2, 2, Some([false, false]), None, large::<2, 2, false, false>),
-    (cgemm_large_t2x2_mk, Large, 2, 2, Some([false, true]), None, large::<2, 2, false, true>),
-    (cgemm_large_t2x2_kn, Large, 2, 2, Some([true, false]), None, large::<2, 2, true, false>),
-    (cgemm_large_t2x2_kk, Large, 2, 2, Some([true, true]), None, large::<2, 2, true, true>),
-    (cgemm_large_t4x1_mn, Large, 4, 1, Some([false, false]), None, large::<4, 1, false, false>),
-    (cgemm_large_t4x1_mk, Large, 4, 1, Some([false, true]), None, large::<4, 1, false, true>),
-    (cgemm_large_t4x1_kn, Large, 4, 1, Some([true, false]), None, large::<4, 1, true, false>),
-    (cgemm_large_t4x1_kk, Large, 4, 1, Some([true, true]), None, large::<4, 1, true, true>),
-    (cgemm_large_t1x4_mn, Large, 1, 4, Some([false, false]), None, large::<1, 4, false, false>),
-    (cgemm_large_t1x4_mk, Large, 1, 4, Some([false, true]), None, large::<1, 4, false, true>),
-    (cgemm_large_t1x4_kn, Large, 1, 4, Some([true, false]), None, large::<1, 4, true, false>),
-    (cgemm_large_t1x4_kk, Large, 1, 4, Some([true, true]), None, large::<1, 4, true, true>),
-    (cgemm_element, Element, 1, 1, None, None, element::<1>),
-    (cgemm_element_t2x1, Element, 2, 1, None, None, element::<2>),
-    (cgemm_dot, Dot, 1, 1, None, None, dot),
-    (
-        cgemm_tc_16x16_mn,
-        Tensor,
-        16,
-        8,
-        Some([false, false]),
-        Some(mma(1, 2, 1, 1, 16)),
-        tensor::<1, 2, 1, 1, 16, false, false>
-    ),
-    (
-        cgemm_tc_16x16_mk,
-        Tensor,
-        16,
-        8,
-        Some([false, true]),
-        Some(mma(1, 2, 1, 1, 16)),
-        tensor::<1, 2, 1, 1, 16, false, true>
-    ),
-    (
-        cgemm_tc_16x16_kn,
-        Tensor,
-        16,
-        8,
-        Some([true, false]),
-        Some(mma(1, 2, 1, 1, 16)),
-        tensor::<1, 2, 1, 1, 16, true, false>
-    ),
-    (
-        cgemm_tc_16x16_kk,
-        Tensor,
-        16,
-        8,
-        Some([true, true]),
-        Some(mma(1, 2, 1, 1, 16)),
-        tensor::<1, 2, 1, 1, 16, true, true>
-    ),
-    (
-        cgemm_tc_32x32_mn,
-        Tensor,
-        16,
-        16,
-        Some([false, false]),
-        Some(mma(2, 2, 1, 2, 16)),
-        tensor::<2, 2, 1, 2, 16, false, false>
-    ),
-    (
-        cgemm_tc_32x32_mk,
-        Tensor,
-        16,
-        16,
-        Some([false, true]),
-        Some(mma(2, 2, 1, 2, 16)),
-        tensor::<2, 2, 1, 2, 16, false, true>
-    ),
-    (
-        cgemm_tc_32x32_kn,
-        Tensor,
-        16,
-        16,
-        Some([true, false]),
-        Some(mma(2, 2, 1, 2, 16)),
-        tensor::<2, 2, 1, 2, 16, true, false>
-    ),
-    (
-        cgemm_tc_32x32_kk,
-        Tensor,
-        16,
-        16,
-        Some([true, true]),
-        Some(mma(2, 2, 1, 2, 16)),
-        tensor::<2, 2, 1, 2, 16, true, true>
-    ),
-    (
-        cgemm_tc_64x32_mn,
-        Tensor,
-        32,
-        16,
-        Some([false, false]),
-        Some(mma(2, 2, 2, 2, 16)),
-        tensor::<2, 2, 2, 2, 16, false, false>
-    ),
-    (
-        cgemm_tc_64x32_mk,
-        Tensor,
-        32,
-        16,
-        Some([false, true]),
-        Some(mma(2, 2, 2, 2, 16)),
-        tensor::<2, 2, 2, 2, 16, false, true>
-    ),
-    (
-        cgemm_tc_64x32_kn,
-        Tensor,
-        32,
-        16,
-        Some([true, false]),
-        Some(mma(2, 2, 2, 2, 16)),
-        tensor::<2, 2, 2, 2, 16, true, false>
-    ),
-    (
-        cgemm_tc_64x32_kk,
-        Tensor,
-        32,
-        16,
-        Some([true, true]),
-        Some(mma(2, 2, 2, 2, 16)),
-        tensor::<2, 2, 2, 2, 16, true, true>
-    ),
-    (
-        cgemm_tc_64x64_mn,
-        Tensor,
-        32,
-        32,
-        Some([false, false]),
-        Some(mma(2, 2, 2, 4, 16)),
-        tensor::<2, 2, 2, 4, 16, false, false>
-    ),
-    (
-        cgemm_tc_64x64_mk,
-        Tensor,
-        32,
-        32,
-        Some([false, true]),
-        Some(mma(2, 2, 2, 4, 16)),
-        tensor::<2, 2, 2, 4, 16, false, true>
-    ),
-    (
-        cgemm_tc_64x64_kn,
-        Tensor,
-        32,
-        32,
-        Some([true, false]),
-        Some(mma(2, 2, 2, 4, 16)),
-        tensor::<2, 2, 2, 4, 16, true, false>
-    ),
-    (
-        cgemm_tc_64x64_kk,
-        Tensor,
-        32,
-        32,
-        Some([true, true]),
-        Some(mma(2, 2, 2, 4, 16)),
-        tensor::<2, 2, 2, 4, 16, true, true>
-    ),
-    (
-        cgemm_tc_128x32_mn,
-        Tensor,
-        32,
-        32,
-        Some([false, false]),
-        Some(mma(4, 1, 2, 4, 16)),
-        tensor::<4, 1, 2, 4, 16, false, false>
-    ),
-    (
-        cgemm_tc_128x32_mk,
-        Tensor,
-        32,
-        32,
-        Some([false, true]),
-        Some(mma(4, 1, 2, 4, 16)),
-        tensor::<4, 1, 2, 4, 16, false, true>
-    ),
-    (
-        cgemm_tc_128x32_kn,
-        Tensor,
-        32,
-        32,
-        Some([true, false]),
-        Some(mma(4, 1, 2, 4, 16)),
-        tensor::<4, 1, 2, 4, 16, true, false>
-    ),
-    (
-        cgemm_tc_128x32_kk,
-        Tensor,
-        32,
-        32,
-        Some([true, true]),
-        Some(mma(4, 1, 2, 4, 16)),
-        tensor::<4, 1, 2, 4, 16, true, true>
-    ),
-    (
-        cgemm_tc_32x64_mn,
-        Tensor,
-        32,
-        16,
-        Some([false, false]),
-        Some(mma(1, 4, 2, 2, 16)),
-        tensor::<1, 4, 2, 2, 16, false, false>
-    ),
-    (
-        cgemm_tc_32x64_mk,
-        Tensor,
-        32,
-        16,
-        Some([false, true]),
-        Some(mma(1, 4, 2, 2, 16)),
-        tensor::<1, 4, 2, 2, 16, false, true>
-    ),
-    (
-        cgemm_tc_32x64_kn,
-        Tensor,
-        32,
-        16,
-        Some([true, false]),
-        Some(mma(1, 4, 2, 2, 16)),
-        tensor::<1, 4, 2, 2, 16, true, false>
-    ),
-    (
-        cgemm_tc_32x64_kk,
-        Tensor,
-        32,
-        16,
-        Some([true, true]),
-        Some(mma(1, 4, 2, 2, 16)),
-        tensor::<1, 4, 2, 2, 16, true, true>
-    ),
-    (
-        cgemm_tc_64x8_mn,
-        Tensor,
-        16,
-        8,
-        Some([false, false]),
-        Some(mma(4, 1, 1, 1, 16)),
-        tensor::<4, 1, 1, 1, 16, false, false>
-    ),
-    (
-        cgemm_tc_64x8_mk,
-        Tensor,
-        16,
-        8,
-        Some([false, true]),
-        Some(mma(4, 1, 1, 1, 16)),
-        tensor::<4, 1, 1, 1, 16, false, true>
-    ),
-    (
-        cgemm_tc_64x8_kn,
-        Tensor,
-        16,
-        8,
-        Some([true, false]),
-        Some(mma(4, 1, 1, 1, 16)),
-        tensor::<4, 1, 1, 1, 16, true, false>
-    ),
-    (
-        cgemm_tc_64x8_kk,
-        Tensor,
-        16,
-        8,
-        Some([true, true]),
-        Some(mma(4, 1, 1, 1, 16)),
-        tensor::<4, 1, 1, 1, 16, true, true>
-    ),
-    (
-        cgemm_tc_16x64_mn,
-        Tensor,
-        16,
-        16,
-        Some([false, false]),
-        Some(mma(1, 4, 1, 2, 16)),
-        tensor::<1, 4, 1, 2, 16, false, false>
-    ),
-    (
-        cgemm_tc_16x64_mk,
-        Tensor,
-        16,
-        16,
-        Some([false, true]),
-        Some(mma(1, 4, 1, 2, 16)),
-        tensor::<1, 4, 1, 2, 16, false, true>
-    ),
-    (
-        cgemm_tc_16x64_kn,
-        Tensor,
-        16,
-        16,
-        Some([true, false]),
-        Some(mma(1, 4, 1, 2, 16)),
-        tensor::<1, 4, 1, 2, 16, true, false>
-    ),
-    (
-        cgemm_tc_16x64_kk,
-        Tensor,
-        16,
-        16,
-        Some([true, true]),
-        Some(mma(1, 4, 1, 2, 16)),
-        tensor::<1, 4, 1, 2, 16, true, true>
-    ),
+    plain: [
+        (cgemm_t1x1, Tiled, 1, 1, tiled::<1, 1>),
+        (cgemm_t1x2, Tiled, 1, 2, tiled::<1, 2>),
+        (cgemm_t1x4, Tiled, 1, 4, tiled::<1, 4>),
+        (cgemm_t2x1, Tiled, 2, 1, tiled::<2, 1>),
+        (cgemm_t2x2, Tiled, 2, 2, tiled::<2, 2>),
+        (cgemm_t2x4, Tiled, 2, 4, tiled::<2, 4>),
+        (cgemm_t4x1, Tiled, 4, 1, tiled::<4, 1>),
+        (cgemm_t4x2, Tiled, 4, 2, tiled::<4, 2>),
+        (cgemm_t4x4, Tiled, 4, 4, tiled::<4, 4>),
+        (cgemm_whole_t1x1, Whole, 1, 1, whole::<1, 1>),
+        (cgemm_whole_t1x2, Whole, 1, 2, whole::<1, 2>),
+        (cgemm_whole_t1x4, Whole, 1, 4, whole::<1, 4>),
+        (cgemm_whole_t2x1, Whole, 2, 1, whole::<2, 1>),
+        (cgemm_whole_t2x2, Whole, 2, 2, whole::<2, 2>),
+        (cgemm_whole_t2x4, Whole, 2, 4, whole::<2, 4>),
+        (cgemm_whole_t4x1, Whole, 4, 1, whole::<4, 1>),
+        (cgemm_whole_t4x2, Whole, 4, 2, whole::<4, 2>),
+        (cgemm_element, Element, 1, 1, element::<1>),
+        (cgemm_element_t2x1, Element, 2, 1, element::<2>),
+        (cgemm_dot, Dot, 1, 1, dot),
+    ],
+    // Register tile (rows x columns per thread).
+    large: [
+        ([cgemm_large_t4x4_mn, cgemm_large_t4x4_mk, cgemm_large_t4x4_kn, cgemm_large_t4x4_kk], 4, 4),
+        ([cgemm_large_t4x2_mn, cgemm_large_t4x2_mk, cgemm_large_t4x2_kn, cgemm_large_t4x2_kk], 4, 2),
+        ([cgemm_large_t2x4_mn, cgemm_large_t2x4_mk, cgemm_large_t2x4_kn, cgemm_large_t2x4_kk], 2, 4),
+        ([cgemm_large_t2x2_mn, cgemm_large_t2x2_mk, cgemm_large_t2x2_kn, cgemm_large_t2x2_kk], 2, 2),
+        ([cgemm_large_t4x1_mn, cgemm_large_t4x1_mk, cgemm_large_t4x1_kn, cgemm_large_t4x1_kk], 4, 1),
+        ([cgemm_large_t1x4_mn, cgemm_large_t1x4_mk, cgemm_large_t1x4_kn, cgemm_large_t1x4_kk], 1, 4),
+    ],
+    // Warps along rows and columns, m16n8 tiles per warp along each, k per chunk.
+    tensor: [
+        ([cgemm_tc_16x16_mn, cgemm_tc_16x16_mk, cgemm_tc_16x16_kn, cgemm_tc_16x16_kk], 1, 2, 1, 1, 16),
+        ([cgemm_tc_32x32_mn, cgemm_tc_32x32_mk, cgemm_tc_32x32_kn, cgemm_tc_32x32_kk], 2, 2, 1, 2, 16),
+        ([cgemm_tc_64x32_mn, cgemm_tc_64x32_mk, cgemm_tc_64x32_kn, cgemm_tc_64x32_kk], 2, 2, 2, 2, 16),
+        ([cgemm_tc_64x64_mn, cgemm_tc_64x64_mk, cgemm_tc_64x64_kn, cgemm_tc_64x64_kk], 2, 2, 2, 4, 16),
+        ([cgemm_tc_128x32_mn, cgemm_tc_128x32_mk, cgemm_tc_128x32_kn, cgemm_tc_128x32_kk], 4, 1, 2, 4, 16),
+        ([cgemm_tc_32x64_mn, cgemm_tc_32x64_mk, cgemm_tc_32x64_kn, cgemm_tc_32x64_kk], 1, 4, 2, 2, 16),
+        ([cgemm_tc_64x8_mn, cgemm_tc_64x8_mk, cgemm_tc_64x8_kn, cgemm_tc_64x8_kk], 4, 1, 1, 1, 16),
+        ([cgemm_tc_16x64_mn, cgemm_tc_16x64_mk, cgemm_tc_16x64_kn, cgemm_tc_16x64_kk], 1, 4, 1, 2, 16),
+    ],
 );
 
-/// A `Tensor` variant's [`MmaTile`].
-const fn mma(warp_rows: u32, warp_cols: u32, m_tiles: u32, n_tiles: u32, bk: u32) -> MmaTile {
-    MmaTile { warp_rows, warp_cols, m_tiles, n_tiles, bk }
+/// A `Large` or `Tensor` variant compiled for the stored layouts `kc`.
+const fn layout_tile(
+    name: &'static str,
+    family: Family,
+    tm: u32,
+    tn: u32,
+    kc: [bool; 2],
+    mma: Option<MmaTile>,
+) -> CgemmTile {
+    CgemmTile { name, family, tm, tn, k_contiguous: Some(kc), mma }
 }
 
 /// The variant of `family` with a `tm x tn` register tile (for `Large` and `Tensor`, compiled
@@ -1048,8 +806,8 @@ impl CgemmParams {
 #[allow(clippy::needless_range_loop)]
 mod kernel {
     use super::{
-        BlockCoords, CGEMM_THREADS, CgemmParams, Complex32, LARGE_BK, Op, STAGE_SLOTS, ThreadCoords, VerbatimCopy,
-        WHOLE_PAIRS, WHOLE_STAGE, WHOLE_STAGES,
+        BlockCoords, CGEMM_THREADS, CgemmParams, Complex32, DOT_LANES, LARGE_BK, Op, STAGE_SLOTS, ThreadCoords,
+        VerbatimCopy, WHOLE_PAIRS, WHOLE_STAGE, WHOLE_STAGES,
     };
     use crate::prelude::*;
 
@@ -1594,9 +1352,6 @@ mod kernel {
             store_output(p, planar, (c, c_im), at_c, acc[r]);
         }
     }
-
-    /// Threads (lanes) per `Dot` output.
-    const DOT_LANES: u32 = 32;
 
     /// One output per warp (work item = output): the lanes stride along k, two k-steps per
     /// 16-byte load of each operand where both are contiguous along k and their pairs aligned
