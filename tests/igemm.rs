@@ -14,22 +14,37 @@ use convkit::{
     harness::reference::{cpu_reference, host_uniform},
 };
 use kernels_gpu::{
-    conv::igemm::{BLOCK_THREADS, Chunk, IGEMM_FWD_VARIANTS, IgemmTile, Precision, STORE_VECTORS, WARPS},
+    conv::igemm::{BLOCK_THREADS, Chunk, IGEMM_FWD_VARIANTS, IgemmTile, PixelTile, Precision, STORE_VECTORS, WARPS},
     verify::Tolerance,
 };
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
 /// Runs `tile` over the launcher's whole grid on the CPU and checks it against f64.
 fn run_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {
+    match tile.pixels {
+        PixelTile::Flat => run_flat_on_cpu(conv, tile, y_aligned),
+        PixelTile::Spatial { .. } => run_spatial_on_cpu(conv, tile),
+    }
+}
+
+/// The inputs, filters and packed filters of a CPU run.
+fn cpu_operands(conv: &Conv2d, shape: &igemm::IgemmShape) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let geom = conv.geometry().unwrap();
     let x = host_uniform(conv.n as u64 * 7 + conv.c as u64, geom.x_len);
     let w = host_uniform(conv.r as u64 * 13 + conv.k as u64, geom.w_len);
+    let pack = igemm::pack_params(conv, &geom, shape);
+    let packed: Vec<f32> = (0..pack.total as u32).map(|e| pack.source(e).map_or(0.0, |o| w[o as usize])).collect();
+    (x, w, packed)
+}
+
+/// The flat tile ([`PixelTile::Flat`]).
+fn run_flat_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {
+    let geom = conv.geometry().unwrap();
     let mut y = vec![f32::NAN; geom.y_len];
     let mut written = vec![false; geom.y_len];
     let shape = igemm::shape(conv, &geom, tile);
     let p = igemm::params(conv, &geom, &shape, y_aligned);
-    let pack = igemm::pack_params(conv, &geom, &shape);
-    let packed: Vec<f32> = (0..pack.total as u32).map(|e| pack.source(e).map_or(0.0, |o| w[o as usize])).collect();
+    let (x, w, packed) = cpu_operands(conv, &shape);
     let (mt, nt) = (tile.m_tiles, tile.n_tiles);
     for z in 0..shape.grid[1] as u32 {
         let block = p.block_coords(z);
@@ -92,7 +107,7 @@ fn run_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {
             }
             assert_eq!(
                 (chunk.r, chunk.s, chunk.cc, chunk.index),
-                (p.window.filter_r, 0, 0, p.chunks()),
+                (0, 0, p.channel_chunks, p.chunks()),
                 "the chunks walk every tap and channel chunk once"
             );
 
@@ -125,6 +140,111 @@ fn run_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {
                         if p.flags & STORE_VECTORS != 0 && pixel % 4 == 0 && flat + 4 <= p.batch_pixels {
                             assert!(offset.is_multiple_of(4), "16-byte store at element {offset}");
                             assert_eq!(p.output_offset(flat + 3, k), offset + 3, "a 16-byte run crosses planes");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(written.iter().all(|&w| w), "{conv} on {}: outputs never written", tile.name);
+    let truth = cpu_reference(conv, &x, &w).unwrap();
+    let bound = Tolerance::f32_sum(geom.taps(conv) as u64);
+    assert_within_bound(&y, &truth, bound, &format!("{conv} on {}", tile.name));
+}
+
+/// The spatial tile ([`PixelTile::Spatial`]): halo copies per channel chunk, every tap's
+/// fragments read from them.
+fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile) {
+    let geom = conv.geometry().unwrap();
+    let mut y = vec![f32::NAN; geom.y_len];
+    let mut written = vec![false; geom.y_len];
+    let shape = igemm::shape(conv, &geom, tile);
+    let sp = igemm::spatial_params(conv, &geom, &shape);
+    let p = &sp.conv;
+    let (x, w, packed) = cpu_operands(conv, &shape);
+    let (mt, nt) = (tile.m_tiles, tile.n_tiles);
+    assert_eq!(sp.work_items as u64, shape.grid[0] * shape.grid[1]);
+    // Each work item as one of the persistent blocks computes it (which block takes which
+    // item changes nothing but the order).
+    for item in 0..sp.work_items {
+        let (block, pixel_tile) = sp.work_item(item);
+        {
+            let origin = sp.origin(tile, pixel_tile);
+            let sources: Vec<_> = (0..BLOCK_THREADS).map(|t| sp.tile_source(tile, item, t)).collect();
+            let mut acc = vec![[[0.0f64; 4]; 32]; (WARPS * mt * nt) as usize];
+            for cc in 0..p.channel_chunks {
+                let mut smem = SharedMemory::<f32>::new(sp.stage_floats as usize);
+                for thread in 0..BLOCK_THREADS {
+                    let (mut stores, mut weights) = (Vec::new(), Vec::new());
+                    sp.copy_chunk(
+                        tile,
+                        &sources[thread as usize],
+                        thread,
+                        cc,
+                        |slot, offset, inside| {
+                            assert!(inside || offset == 0, "a zero copy reads element {offset}, not 0");
+                            stores.push((slot, if inside { x[offset as usize] } else { 0.0 }));
+                        },
+                        |slot, offset| {
+                            assert!(slot.is_multiple_of(4) && offset.is_multiple_of(4), "16-byte copy {offset} -> {slot}");
+                            weights.extend((0..4).map(|i| (slot + i, packed[(offset + i as u64) as usize])));
+                        },
+                    );
+                    // The slots a thread rounds after its copies land are exactly its copies'.
+                    let mut owned = Vec::new();
+                    sp.own_slots(thread, |slot| owned.push(slot));
+                    let mut copied: Vec<u32> = stores.iter().map(|&(slot, _)| slot).collect();
+                    copied.sort_unstable();
+                    owned.sort_unstable();
+                    assert_eq!(owned, copied, "thread {thread} would round slots it did not copy");
+                    smem.item = thread;
+                    for (slot, v) in stores.into_iter().chain(weights) {
+                        smem.store(slot, v);
+                    }
+                }
+                smem.barrier();
+                let mut tap = 0;
+                for r in 0..p.window.filter_r {
+                    for s in 0..p.window.filter_s {
+                        let offset = sp.tap_offset(r, s);
+                        for warp in 0..WARPS {
+                            for i in 0..mt {
+                                for j in 0..nt {
+                                    let (mut a, mut b) = ([[0.0f32; 4]; 32], [[0.0f32; 2]; 32]);
+                                    for lane in 0..32 {
+                                        smem.item = warp * 32 + lane;
+                                        for e in 0..4 {
+                                            a[lane as usize][e as usize] = smem.load(sp.a_slot(tile, lane, warp, i, e, offset));
+                                        }
+                                        let pair = sp.b_pair(tile, lane, j, tap);
+                                        assert!(pair.is_multiple_of(2), "8-byte load at slot {pair}");
+                                        b[lane as usize] = [smem.load(pair), smem.load(pair + 1)];
+                                    }
+                                    mma(&a, &b, &mut acc[((warp * mt + i) * nt + j) as usize]);
+                                }
+                            }
+                        }
+                        tap += 1;
+                    }
+                }
+            }
+
+            // The epilogue: each accumulator straight to its output.
+            for warp in 0..WARPS {
+                for lane in 0..32 {
+                    for i in 0..mt {
+                        for j in 0..nt {
+                            for e in 0..4 {
+                                let (m, n) = tile.acc_position(lane, warp, i, j, e);
+                                let (Some(plane), Some(at)) =
+                                    (sp.output_plane(tile, block, origin.image, n), sp.output_pixel(tile, &origin, m))
+                                else {
+                                    continue;
+                                };
+                                let offset = plane + at as u64;
+                                mark_written(&mut written, offset);
+                                y[offset as usize] = acc[((warp * mt + i) * nt + j) as usize][lane as usize][e as usize] as f32;
+                            }
                         }
                     }
                 }
@@ -209,7 +329,7 @@ fn fragment_loads_and_staging_stores_are_free_of_bank_conflicts() {
     };
     for tile in IGEMM_FWD_VARIANTS {
         for warp in 0..WARPS {
-            for ks in 0..tile.k_steps {
+            for ks in (0..tile.k_steps).filter(|_| tile.pixels == PixelTile::Flat) {
                 for half in [0u32, 16] {
                     for i in 0..tile.m_tiles {
                         for upper in [false, true] {
@@ -244,16 +364,64 @@ fn fragment_loads_and_staging_stores_are_free_of_bank_conflicts() {
     }
 }
 
+/// The spatial tiles' 4-byte A loads (32 lanes) and 8-byte B loads (16 lanes a phase) touch
+/// 32 different banks at stride 1, whatever the halo's width, at every tap.
 #[test]
-fn the_heuristic_prefers_the_tile_with_the_least_padding() {
+fn spatial_fragment_loads_are_free_of_bank_conflicts_at_stride_one() {
+    let distinct = |words: Vec<u32>| {
+        let mut banks: Vec<u32> = words.iter().map(|w| w % 32).collect();
+        banks.sort_unstable();
+        banks.dedup();
+        banks.len() == words.len()
+    };
+    for spec in ["n=1,c=16,h=56,w=56,k=16,r=3,s=3,pad=1,groups=2", "n=1,c=16,h=13,w=9,k=16,r=5,s=5,pad=2,groups=2"] {
+        let conv: Conv2d = spec.parse().unwrap();
+        let geom = conv.geometry().unwrap();
+        for tile in IGEMM_FWD_VARIANTS.iter().filter(|t| t.pixels != PixelTile::Flat) {
+            let shape = igemm::shape(&conv, &geom, tile);
+            let sp = igemm::spatial_params(&conv, &geom, &shape);
+            for (r, s) in [(0, 0), (1, 2), (2, 1)] {
+                let offset = sp.tap_offset(r, s);
+                for warp in 0..WARPS {
+                    for i in 0..tile.m_tiles {
+                        for e in 0..4 {
+                            let words = (0..32).map(|l| sp.a_slot(tile, l, warp, i, e, offset));
+                            assert!(distinct(words.collect()), "{spec} on {}: A loads conflict", tile.name);
+                        }
+                    }
+                }
+                for j in 0..tile.n_tiles {
+                    for half in [0u32, 16] {
+                        let words = (half..half + 16).flat_map(|l| {
+                            let slot = sp.b_pair(tile, l, j, r * 3 + s);
+                            [slot, slot + 1]
+                        });
+                        assert!(distinct(words.collect()), "{spec} on {}: B loads conflict", tile.name);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The cost model's first choices on `grouped` suite layers, each the variant measured fastest
+/// on the H200 (or within 1%) with every variant timed (benches/NOTES.md): spatial tiles for
+/// 3x3 filters at stride 1, flat ones at stride 2 and for 1x1 filters.
+#[test]
+fn the_heuristic_picks_the_measured_fastest_tiles() {
     let pick = |spec: &str, precision| {
         let conv: Conv2d = spec.parse().unwrap();
         igemm::choose(&conv, &conv.geometry().unwrap(), precision, 132).unwrap().tile.name
     };
     use Precision::{Tf32, Tf32x3};
-    // RegNetY-8GF's 56-wide groups and RegNetY-1.6GF's 24-wide ones fit their tiles exactly.
-    assert_eq!(pick("n=32,c=448,h=28,w=28,k=448,r=3,s=3,pad=1,groups=8", Tf32), "igemm_tf32_m128_n56_k8");
-    assert_eq!(pick("n=32,c=120,h=28,w=28,k=120,r=3,s=3,pad=1,groups=5", Tf32x3), "igemm_3xtf32_m128_n24_k8");
+    let resnext = "n=32,c=128,h=56,w=56,k=128,r=3,s=3,pad=1,groups=32";
+    assert_eq!(pick(resnext, Tf32), "igemm_tf32_s16x8_n8");
+    assert_eq!(pick(resnext, Tf32x3), "igemm_3xtf32_s16x8_n8");
+    let resnext_s2 = "n=32,c=256,h=56,w=56,k=256,r=3,s=3,pad=1,stride=2,groups=32";
+    assert_eq!(pick(resnext_s2, Tf32x3), "igemm_3xtf32_m128_n8_k8");
+    // RegNetY-1.6GF's 24-wide groups fit their tile exactly.
+    assert_eq!(pick("n=32,c=120,h=28,w=28,k=120,r=3,s=3,pad=1,groups=5", Tf32), "igemm_tf32_s16x8_n24");
+    assert_eq!(pick("n=32,c=384,h=28,w=28,k=96,r=1,s=1,groups=8", Tf32), "igemm_tf32_m128_n16_k8");
 }
 
 #[test]

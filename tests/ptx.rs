@@ -12,7 +12,7 @@ use kernels_gpu::{
         direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
         fft::{FFTCONV_TILES, FftConvParams},
         fft_gemm::{FFT_GEMM_SIZES, FftGemmParams},
-        igemm::{IGEMM_FWD_VARIANTS, IgemmFwdParams, IgemmPackParams, PACK_KERNEL},
+        igemm::{IGEMM_FWD_VARIANTS, IgemmFwdParams, IgemmPackParams, PACK_KERNEL, PixelTile, spatial::IgemmSpatialParams},
     },
     fft::{
         FFT_KERNEL, FftParams,
@@ -28,7 +28,13 @@ use std::{collections::BTreeMap, path::PathBuf, process::Command};
 fn kernels() -> Vec<(&'static str, usize)> {
     let mut all: Vec<_> = DIRECT_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DirectFwdParams>())).collect();
     all.extend(DEPTHWISE_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DepthwiseFwdParams>())));
-    all.extend(IGEMM_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<IgemmFwdParams>())));
+    all.extend(IGEMM_FWD_VARIANTS.iter().map(|t| {
+        let params = match t.pixels {
+            PixelTile::Flat => size_of::<IgemmFwdParams>(),
+            PixelTile::Spatial { .. } => size_of::<IgemmSpatialParams>(),
+        };
+        (t.name, params)
+    }));
     all.push((PACK_KERNEL, size_of::<IgemmPackParams>()));
     all.extend(CGEMM_TILES.iter().map(|t| (t.name, size_of::<CgemmParams>())));
     for size in FFT2D_SIZES {

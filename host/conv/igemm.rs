@@ -12,8 +12,9 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfi
 use kernels_gpu::{
     MagicDiv,
     conv::igemm::{
-        BLOCK_THREADS, IGEMM_FWD_VARIANTS, IgemmFwdParams, IgemmPackParams, IgemmTile, PACK_KERNEL, Precision,
-        STORE_VECTORS,
+        BLOCK_THREADS, IGEMM_FWD_VARIANTS, IgemmFwdParams, IgemmPackParams, IgemmTile, PACK_KERNEL, PixelTile,
+        Precision, STORE_VECTORS,
+        spatial::{self, IgemmSpatialParams, MAX_HALO_PLANE},
     },
     verify::Tolerance,
 };
@@ -77,6 +78,44 @@ pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
     }
 }
 
+/// Dynamic shared memory a spatial tile may take: half the H200's 227 KB per block, so that
+/// two blocks share a multiprocessor.
+const MAX_SPATIAL_SMEM: u32 = 113 * 1024;
+
+/// Why `tile` cannot compute `conv` (valid), if it cannot.
+pub fn tile_unsupported(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> Option<&'static str> {
+    if let Some(reason) = layer_unsupported(conv) {
+        return Some(reason);
+    }
+    let shape = shape(conv, geom, tile);
+    let spatial = shape.spatial?;
+    if spatial.halo_h.saturating_mul(spatial.halo_w) > MAX_HALO_PLANE {
+        Some("a tile whose inputs span more than 640 positions (stride or dilation too large)")
+    } else if spatial::smem_bytes(spatial.stage_floats) > MAX_SPATIAL_SMEM {
+        Some("the filter taps' weights of a chunk do not fit shared memory twice")
+    } else if shape.grid[0] * shape.grid[1] > u32::MAX as u64 {
+        Some("more than 2^32 - 1 work items (pixel tiles times block groups)")
+    } else {
+        None
+    }
+}
+
+/// The variants that compute `conv` (valid).
+pub fn supporting_variants<'a>(conv: &'a Conv2d, geom: &'a ConvGeometry) -> impl Iterator<Item = &'static IgemmTile> + 'a {
+    IGEMM_FWD_VARIANTS.iter().filter(move |t| tile_unsupported(conv, geom, t).is_none())
+}
+
+/// How a spatial tile covers a layer's output planes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpatialShape {
+    pub tiles_h: u32,
+    pub tiles_w: u32,
+    /// Input rows and columns under a tile.
+    pub halo_h: u32,
+    pub halo_w: u32,
+    pub stage_floats: u32,
+}
+
 /// How a variant covers a layer: its groups per block and the tiles that follow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IgemmShape {
@@ -90,6 +129,8 @@ pub struct IgemmShape {
     pub channel_chunks: u32,
     /// Blocks along x (pixel tiles) and packed z (block groups times column tiles).
     pub grid: [u64; 2],
+    /// The tiling of a spatial tile.
+    pub spatial: Option<SpatialShape>,
 }
 
 impl IgemmShape {
@@ -103,36 +144,75 @@ impl IgemmShape {
     /// Elements the blocks copy to shared memory: (inputs, weights), zeros included.
     pub fn copies(&self, taps: u64) -> (f64, f64) {
         let t = &self.tile;
-        let chunks = (self.grid[0] * self.grid[1] * taps * self.channel_chunks as u64) as f64;
-        (chunks * (t.bm() * t.bk()) as f64, chunks * (t.bn() * t.bk()) as f64)
+        let blocks = (self.grid[0] * self.grid[1] * self.channel_chunks as u64) as f64;
+        let weights = blocks * (taps * (t.bn() * t.bk()) as u64) as f64;
+        match self.spatial {
+            None => (blocks * (taps * (t.bm() * t.bk()) as u64) as f64, weights),
+            Some(s) => (blocks * (t.bk() * s.halo_h * s.halo_w) as f64, weights),
+        }
+    }
+
+    /// Dynamic shared memory per block.
+    pub fn smem_bytes(&self) -> u32 {
+        match self.spatial {
+            None => self.tile.smem_bytes(),
+            Some(s) => spatial::smem_bytes(s.stage_floats),
+        }
     }
 }
 
-/// How `tile` covers `conv` (`conv` valid).
+/// How `tile` covers `conv` (`conv` valid; whether it can: [`tile_unsupported`]).
 pub fn shape(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> IgemmShape {
     let (groups, kpg, cpg) = (conv.groups as u32, geom.k_per_group as u32, geom.c_per_group as u32);
     let groups_per_block = (1..=groups).rev().find(|&d| groups.is_multiple_of(d) && d * kpg <= tile.bn()).unwrap_or(1);
     let column_tiles = (groups_per_block * kpg).div_ceil(tile.bn());
     let channel_chunks = (groups_per_block * cpg).div_ceil(tile.bk());
-    let pixels = (conv.n * geom.out_h * geom.out_w) as u64;
-    let grid = [tile.grid_x(pixels), (groups / groups_per_block) as u64 * column_tiles as u64];
-    IgemmShape { tile: *tile, groups_per_block, column_tiles, channel_chunks, grid }
+    let z = (groups / groups_per_block) as u64 * column_tiles as u64;
+    let (grid_x, spatial) = match tile.pixels {
+        PixelTile::Flat => (tile.grid_x((conv.n * geom.out_h * geom.out_w) as u64), None),
+        PixelTile::Spatial { .. } => {
+            let (rows, cols) = (tile.rows(), tile.cols());
+            let extent = |tile: u32, stride: usize, filter: usize, dilation: usize| {
+                // Saturating: a huge window only makes the tile unsupported.
+                let span = (tile as usize - 1).saturating_mul(stride).saturating_add((filter - 1).saturating_mul(dilation));
+                span.saturating_add(1).min(u32::MAX as usize) as u32
+            };
+            let (halo_h, halo_w) =
+                (extent(rows, conv.stride[0], conv.r, conv.dilation[0]), extent(cols, conv.stride[1], conv.s, conv.dilation[1]));
+            let taps = (conv.r * conv.s).min(u32::MAX as usize) as u32;
+            let stride = spatial::halo_stride(halo_h.saturating_mul(halo_w).min(MAX_HALO_PLANE + 1));
+            let s = SpatialShape {
+                tiles_h: (geom.out_h as u32).div_ceil(rows),
+                tiles_w: (geom.out_w as u32).div_ceil(cols),
+                halo_h,
+                halo_w,
+                stage_floats: spatial::stage_floats(tile, stride, taps.min(1 << 16)),
+            };
+            (conv.n as u64 * (s.tiles_h * s.tiles_w) as u64, Some(s))
+        }
+    };
+    IgemmShape { tile: *tile, groups_per_block, column_tiles, channel_chunks, grid: [grid_x, z], spatial }
 }
 
-/// How much a copied weight counts against a copied input in [`ranked`]'s cost: with the
-/// filters packed, the model picked the fastest variant (within 5%) on 83 of the `grouped`
-/// suite's 90 layer-precision pairs on the H200 with this weight (77 with 3, none better from
-/// 1 to 6 or with an mma or per-chunk term; weights copied grow with the column tile and the
-/// block-diagonal zeros, as do the mma and their fragment loads). See benches/NOTES.md.
-const WEIGHT_COPY_COST: f64 = 4.0;
+/// How much a copied weight counts against an input a flat tile copies in [`ranked`]'s cost.
+/// Fitted on the H200 with every variant of both tilings timed on the `grouped` suite (90
+/// layer-precision pairs): the model's first within 5% of the fastest on 81 pairs, within 10%
+/// on 85 (weights from 1 to 4 and spatial input weights from 1 to 6 tried; the flat tiles'
+/// earlier 4 picked worse once spatial tiles were in). See benches/NOTES.md.
+const WEIGHT_COPY_COST: f64 = 2.0;
+/// How much an input a spatial tile copies counts: beside the copy, it is rounded to TF32 in
+/// shared memory, and its halo is read at every tap (2-way bank conflicts at stride 2). Fitted
+/// with [`WEIGHT_COPY_COST`].
+const SPATIAL_INPUT_COST: f64 = 4.0;
 /// Blocks per multiprocessor below which a grid counts as proportionally slower in [`ranked`]
-/// (fitted with [`WEIGHT_COPY_COST`]: 2 picked better than 1, 3 or 4).
+/// (fitted with [`WEIGHT_COPY_COST`]: 2 picked better than 1 or 3).
 const FULL_GRID_BLOCKS_PER_SM: u32 = 2;
 
 /// The variants of `precision` for `conv`, cheapest first by the cost model: elements copied
-/// (weights weighted by [`WEIGHT_COPY_COST`]), a grid of fewer than
-/// [`FULL_GRID_BLOCKS_PER_SM`] blocks per multiprocessor counting as proportionally slower
-/// (idle multiprocessors). None where [`layer_unsupported`].
+/// (weights weighted by [`WEIGHT_COPY_COST`], a spatial tile's inputs by
+/// [`SPATIAL_INPUT_COST`]), a grid of fewer than [`FULL_GRID_BLOCKS_PER_SM`] blocks (work
+/// items of a spatial tile) per multiprocessor counting as proportionally slower (idle
+/// multiprocessors). None where [`tile_unsupported`].
 pub fn ranked(
     conv: &Conv2d,
     geom: &ConvGeometry,
@@ -143,13 +223,11 @@ pub fn ranked(
     let cost = |s: &IgemmShape| {
         let fill = ((s.grid[0] * s.grid[1]) as f64 / (FULL_GRID_BLOCKS_PER_SM * sm_count) as f64).min(1.0);
         let (inputs, weights) = s.copies(taps);
-        (inputs + WEIGHT_COPY_COST * weights) / fill
+        let input_cost = if s.spatial.is_some() { SPATIAL_INPUT_COST } else { 1.0 };
+        (input_cost * inputs + WEIGHT_COPY_COST * weights) / fill
     };
-    let mut shapes: Vec<IgemmShape> = if layer_unsupported(conv).is_some() {
-        Vec::new()
-    } else {
-        IGEMM_FWD_VARIANTS.iter().filter(|t| t.precision == precision).map(|t| shape(conv, geom, t)).collect()
-    };
+    let mut shapes: Vec<IgemmShape> =
+        supporting_variants(conv, geom).filter(|t| t.precision == precision).map(|t| shape(conv, geom, t)).collect();
     shapes.sort_by(|a, b| cost(a).total_cmp(&cost(b)));
     shapes.into_iter()
 }
@@ -196,6 +274,29 @@ pub fn params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape, y_aligned:
     }
 }
 
+/// The spatial kernels' parameters for `shape` (a spatial tile's, supported: [`tile_unsupported`])
+/// on `conv`; the addresses are filled in at launch.
+pub fn spatial_params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape) -> IgemmSpatialParams {
+    let s = shape.spatial.expect("a spatial tile's shape");
+    let magic = |d: u32| MagicDiv::new(d).expect("validated extents are non-zero");
+    let halo_plane = s.halo_h * s.halo_w;
+    IgemmSpatialParams {
+        conv: params(conv, geom, shape, false),
+        out_h: geom.out_h as u32,
+        out_w: geom.out_w as u32,
+        halo_w: s.halo_w,
+        halo_plane,
+        halo_stride: spatial::halo_stride(halo_plane),
+        stage_floats: s.stage_floats,
+        work_items: (shape.grid[0] * shape.grid[1]) as u32,
+        _pad: 0,
+        pixel_tiles: magic(shape.grid[0] as u32),
+        tiles: magic(s.tiles_h * s.tiles_w),
+        tile_cols: magic(s.tiles_w),
+        halo_w_div: magic(s.halo_w),
+    }
+}
+
 /// The packing kernel's parameters for `shape` on `conv`; the addresses are filled in at launch.
 pub fn pack_params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape) -> IgemmPackParams {
     let t = &shape.tile;
@@ -203,12 +304,14 @@ pub fn pack_params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape) -> Ig
     IgemmPackParams {
         w: 0,
         packed: 0,
-        total: shape.packed_len((conv.r * conv.s) as u64),
+        // `IgemmPlan::new` refuses layers whose packed filters pass 2^32 elements.
+        total: shape.packed_len((conv.r * conv.s) as u64) as u32,
+        round_tf32: (t.precision == Precision::Tf32) as u32,
         conv: params(conv, geom, shape, false),
         panel: magic(t.bn() * t.bk()),
         row: magic(t.bk()),
         chunks: magic((conv.r * conv.s) as u32 * shape.channel_chunks),
-        channel_chunks: magic(shape.channel_chunks),
+        taps: magic((conv.r * conv.s) as u32),
     }
 }
 
@@ -238,7 +341,7 @@ impl IgemmPlan {
                 reason: "not a kernel of this build (see igemm::variants)",
             });
         }
-        if let Some(reason) = layer_unsupported(conv) {
+        if let Some(reason) = tile_unsupported(conv, &geom, tile) {
             return Err(Error::UnsupportedTile { tile: tile.name, reason });
         }
         let shape = shape(conv, &geom, tile);
@@ -267,7 +370,7 @@ impl IgemmPlan {
             let (packed_ptr, _ps) = self.packed.device_ptr_mut(stream);
             (p.w, p.packed) = (w_ptr, packed_ptr);
             let cfg = LaunchConfig {
-                grid_dim: (p.total.div_ceil(256).min(1 << 20) as u32, 1, 1),
+                grid_dim: (p.total.div_ceil(256).min(1 << 20), 1, 1),
                 block_dim: (256, 1, 1),
                 shared_mem_bytes: 0,
             };
@@ -302,20 +405,40 @@ impl IgemmPlan {
             let (x_ptr, _x_sync) = x.device_ptr(stream);
             let (w_ptr, _w_sync) = self.packed.device_ptr(stream);
             let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
-            let mut p = params(&self.conv, &self.geom, &self.shape, y_ptr.is_multiple_of(16));
-            (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
-            let grid = super::SplitGrid {
-                kernel: tile.name,
-                // At most 2^31 / 64 pixel tiles: `Conv2d::geometry` bounds the pixels below 2^31.
-                grid_x: self.shape.grid[0] as u32,
-                total_z: self.shape.grid[1],
-                block_threads: BLOCK_THREADS,
-                smem_bytes: tile.smem_bytes(),
-            };
-            // Safety: x and y hold exactly the shape's extents (checked above), which
-            // `Conv2d::geometry` and `layer_unsupported` bound to the kernel's index arithmetic,
+            // Safety (both): x and y hold exactly the shape's extents (checked above), which
+            // `Conv2d::geometry` and `tile_unsupported` bound to the kernel's index arithmetic,
             // and the packed filters were built for this shape.
-            unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }?;
+            match tile.pixels {
+                PixelTile::Flat => {
+                    let mut p = params(&self.conv, &self.geom, &self.shape, y_ptr.is_multiple_of(16));
+                    (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
+                    let grid = super::SplitGrid {
+                        kernel: tile.name,
+                        // At most 2^31 / 64 pixel tiles: `Conv2d::geometry` bounds the pixels
+                        // below 2^31.
+                        grid_x: self.shape.grid[0] as u32,
+                        total_z: self.shape.grid[1],
+                        block_threads: BLOCK_THREADS,
+                        smem_bytes: tile.smem_bytes(),
+                    };
+                    unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }?;
+                }
+                PixelTile::Spatial { .. } => {
+                    let mut p = spatial_params(&self.conv, &self.geom, &self.shape);
+                    (p.conv.x, p.conv.w, p.conv.y) = (x_ptr, w_ptr, y_ptr);
+                    // Persistent blocks: as many as the GPU holds at once, each walking the
+                    // work items a grid apart.
+                    let smem_bytes = self.shape.smem_bytes();
+                    let resident = gpu.resident_blocks(tile.name, BLOCK_THREADS, smem_bytes)?.max(1);
+                    let blocks = (gpu.sm_count() * resident).min(p.work_items);
+                    let cfg = LaunchConfig {
+                        grid_dim: (blocks, 1, 1),
+                        block_dim: (BLOCK_THREADS, 1, 1),
+                        shared_mem_bytes: smem_bytes,
+                    };
+                    unsafe { gpu.launch(stream, tile.name, cfg, p) }?;
+                }
+            }
         } // the buffers' cross-stream events are recorded here
         gpu.check_deferred()
     }

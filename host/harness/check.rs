@@ -172,7 +172,7 @@ impl<'g> Checker<'g> {
         // The tensor-core variants, each to its precision's bound; non-finite inputs spread
         // to other groups there (see `igemm`), so those cases leave them out.
         if !case.nonfinite {
-            for tile in igemm::variants() {
+            for tile in igemm::supporting_variants(conv, &geom) {
                 let bound = igemm::tolerance(conv, &geom, tile);
                 gpu.poison(&mut y)?;
                 igemm::forward_with(gpu, stream, conv, tile, &x, &w, &mut y)?;

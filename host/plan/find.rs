@@ -1,8 +1,8 @@
 //! Find: time every candidate for a layer and keep the fastest.
 //!
 //! The candidates: each direct-kernel tile and each depthwise-kernel variant that supports the
-//! layer; the tensor-core kernel's [`IGEMM_VARIANTS`] cheapest variants by its cost model in each
-//! precision the class admits (3xTF32; TF32 too in the fast class); the FFT convolutions (fused, and the tiled one at its [`TILED_SIZES`] cheapest sizes by
+//! layer; the tensor-core kernel's [`IGEMM_VARIANTS`] cheapest variants of each pixel tiling (flat,
+//! spatial) by its cost model in each precision the class admits (3xTF32; TF32 too in the fast class); the FFT convolutions (fused, and the tiled one at its [`TILED_SIZES`] cheapest sizes by
 //! estimate) for filters of at least [`FFT_MIN_TAPS`] taps; every cuDNN engine configuration its
 //! heuristics propose in any mode; and the legacy algorithms cuDNN ranks as able to run the layer
 //! (FMA math, and DEFAULT math in the fast class). Each is built as a [`Plan`] with the same random
@@ -27,7 +27,7 @@ use crate::{
     timing::{GpuQueue, Schedule, screen, time_interleaved},
 };
 use cudarc::driver::CudaSlice;
-use kernels_gpu::random::mix;
+use kernels_gpu::{conv::igemm::PixelTile, random::mix};
 use std::{rc::Rc, time::Instant};
 
 /// Filter taps (R·S) from which the FFT convolutions are candidates (below, they never won a
@@ -35,9 +35,11 @@ use std::{rc::Rc, time::Instant};
 pub const FFT_MIN_TAPS: usize = 25;
 /// Tile sizes of the tiled FFT convolution tried, the cheapest by its estimate.
 pub const TILED_SIZES: usize = 3;
-/// Tensor-core variants tried per precision, the cheapest by its cost model (on 7 grouped
-/// layers the fastest variant was the model's first on all).
-pub const IGEMM_VARIANTS: usize = 3;
+/// Tensor-core variants tried per precision and pixel tiling, the cheapest by its cost model
+/// (over the `grouped` suite's 90 layer-precision pairs the 2 of each tiling held a variant
+/// within 3% of the fastest on 84, within 11% on all; the 3 cheapest of both together missed
+/// by up to 46% on 7x7 maps: benches/NOTES.md).
+pub const IGEMM_VARIANTS: usize = 2;
 /// Finalists within this fraction of the fastest count as equally fast for the workspace rule.
 pub const WORKSPACE_SLACK: f64 = 0.10;
 /// The inputs and outputs rotate through at least this many bytes (twice the H200's L2).
@@ -246,11 +248,11 @@ fn candidates<'g>(
     ours.extend(depthwise::supporting_variants(conv).map(|t| Algorithm::Depthwise(t.name)));
     // The tensor-core kernel in the precisions the class admits: its cost model's best few.
     for &precision in igemm::precisions(math) {
-        ours.extend(
-            igemm::ranked(conv, geom, precision, gpu.sm_count())
-                .take(IGEMM_VARIANTS)
-                .map(|s| Algorithm::Igemm(s.tile.name)),
-        );
+        let ranked: Vec<_> = igemm::ranked(conv, geom, precision, gpu.sm_count()).collect();
+        for flat in [true, false] {
+            let tiling = ranked.iter().filter(|s| (s.tile.pixels == PixelTile::Flat) == flat);
+            ours.extend(tiling.take(IGEMM_VARIANTS).map(|s| Algorithm::Igemm(s.tile.name)));
+        }
     }
     if conv.r * conv.s >= FFT_MIN_TAPS {
         if let Ok(tile) = fft::choose_tile(conv, geom) {

@@ -4,7 +4,14 @@
 //!
 //! Per group the convolution is a GEMM: rows = the output pixels of all images, columns = the
 //! group's output channels, reduction = its input channels times filter taps. A block computes
-//! `BM` pixels (flat over `n * out_h * out_w`, so small maps still fill it) by `BN` columns.
+//! `BM` pixels by `BN` columns; its pixels are a [`PixelTile`]:
+//! - **flat**: `BM` consecutive pixels of `n * out_h * out_w`, so small maps still fill it; each
+//!   input is copied once per filter tap (this file);
+//! - **spatial**: rows by columns of one image ([`spatial`]): the inputs under the tile (its
+//!   halo) are copied once per channel chunk and read at each tap's offset, about 1.4 copies
+//!   per input for 3x3 filters instead of 9.
+//!
+//! Both:
 //! - **Several groups per block** (CUTLASS's multiple-group mode): `groups_per_block` adjacent
 //!   groups form one reduction over their channels whose weights are block-diagonal, the zeros
 //!   written once by the packing ([`IgemmPackParams`]). A group of 4 outputs thus still fills
@@ -12,12 +19,12 @@
 //! - **Packed filters**: once per plan, [`PACK_KERNEL`] lays the filters out as the panels the
 //!   blocks copy, each chunk's `BN x BK` weights in shared-memory order, in 16-byte pieces
 //!   (gathered 4 bytes at a time from KCRS they had been the largest cost).
-//! - **Reduction order**: filter tap outer, channels inner in chunks of `BK`, so a chunk's
-//!   inputs share one tap: a thread finds its pixel's input position once per tap, and its
-//!   `BK` channels lie one plane apart.
-//! - **Pipeline**: [`STAGES`] chunks in flight through `cp.async` (inputs in 4-byte copies: NCHW
-//!   rows need not be aligned), zero padding written by the copies' source size.
-//! - **Shared layouts** for conflict-free 8-byte fragment loads: the A tile (inputs) is
+//! - **Reduction order**: channel chunks of `BK` outer, filter taps inner ([`Chunk::next`]),
+//!   the order of the packed panels: a flat tile's chunk is one tap of `BK` channels, which lie
+//!   one plane apart for a thread's copies; a spatial tile's chunk is every tap of them.
+//! - **Pipeline** (flat): [`STAGES`] chunks in flight through `cp.async` (inputs in 4-byte
+//!   copies: NCHW rows need not be aligned), zero padding written by the copies' source size.
+//! - **Shared layouts** (flat) for conflict-free 8-byte fragment loads: the A tile (inputs) is
 //!   `[BK][a_stride]` with each 16-pixel m-tile's rows interleaved (row `i` at `2(i%8) + i/8`,
 //!   so a lane's rows g and g+8 are adjacent) and `a_stride ≡ 8 mod 32`; the B tile (weights) is
 //!   `[BN][b_stride]` with each 8-channel k-step interleaved (channel `k` at `2(k%4) + k/4`, so
@@ -25,8 +32,8 @@
 //! - **Warps**: the 4 warps split the pixels; each holds `m_tiles x n_tiles` m16n8 accumulators.
 //! - **Precision**: TF32 rounds each input to 10 mantissa bits (PyTorch's default for
 //!   convolutions); 3xTF32 splits each into a TF32 value and a TF32 residual and adds the three
-//!   larger cross products, chunk by chunk, each chunk's sum added to the total in f32 (the
-//!   tensor cores truncate as they accumulate): an error near f32's.
+//!   larger cross products, one tap of one channel chunk at a time, each such sum added to the
+//!   total in f32 (the tensor cores truncate as they accumulate): an error near f32's.
 //!
 //! Fragments (PTX ISA, m16n8k8 `.tf32`; lane = 4·g + t): A holds (g, t), (g+8, t), (g, t+4),
 //! (g+8, t+4); B holds (k t, n g), (k t+4, n g); the accumulator (g, 2t), (g, 2t+1), (g+8, 2t),
@@ -37,6 +44,8 @@
 
 use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
+
+pub mod spatial;
 
 /// Threads per block: 4 warps.
 pub const BLOCK_THREADS: u32 = 128;
@@ -126,17 +135,18 @@ pub struct Chunk {
 impl Chunk {
     pub const FIRST: Chunk = Chunk { r: 0, s: 0, cc: 0, index: 0 };
 
-    /// The chunk after this one: channels fastest, then filter columns, then rows.
+    /// The chunk after this one: filter columns fastest, then rows, then channel chunks (the
+    /// order of the packed panels, which the spatial tiles copy a channel chunk's taps at once in).
     #[inline(always)]
     pub fn next(self, p: &IgemmFwdParams) -> Chunk {
         let Chunk { mut r, mut s, mut cc, index } = self;
-        cc += 1;
-        if cc == p.channel_chunks {
-            cc = 0;
-            s += 1;
-            if s == p.window.filter_s {
-                s = 0;
-                r += 1;
+        s += 1;
+        if s == p.window.filter_s {
+            s = 0;
+            r += 1;
+            if r == p.window.filter_r {
+                r = 0;
+                cc += 1;
             }
         }
         Chunk { r, s, cc, index: index + 1 }
@@ -216,14 +226,18 @@ pub const PACK_KERNEL: &str = "igemm_pack_weights";
 /// Parameters of [`PACK_KERNEL`]: the filters (KCRS) rearranged into the panels the
 /// convolution copies, one per (block group, column tile, chunk) in that order, each `BN`
 /// rows of `BK` floats (a row's channels in the shared-memory order of [`IgemmTile::b_slot`]),
-/// zeros where the block-diagonal or the padding has them. One thread per packed element.
+/// zeros where the block-diagonal or the padding has them; rounded to TF32 for the TF32
+/// variants, which then feed them to the tensor cores as they are. One thread per packed
+/// element.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct IgemmPackParams {
     pub w: u64,
     pub packed: u64,
-    /// Packed elements in all (below 2^32: the host checks).
-    pub total: u64,
+    /// Packed elements in all (the host checks that they fit).
+    pub total: u32,
+    /// 1: round each weight to TF32 ([`Precision::Tf32`]); 0: keep f32 (3xTF32 splits it).
+    pub round_tf32: u32,
     /// The convolution's parameters (the extents and divisors the panels follow).
     pub conv: IgemmFwdParams,
     /// Divides a packed element by `BN * BK`: (panel, element of the panel).
@@ -232,8 +246,8 @@ pub struct IgemmPackParams {
     pub row: MagicDiv,
     /// Divides a panel by the chunks of a block.
     pub chunks: MagicDiv,
-    /// Divides a chunk by the channel chunks per tap.
-    pub channel_chunks: MagicDiv,
+    /// Divides a chunk by the filter taps: (channel chunk, tap).
+    pub taps: MagicDiv,
 }
 
 impl IgemmPackParams {
@@ -248,11 +262,21 @@ impl IgemmPackParams {
         let k = position - j + j / 2 + 4 * (j % 2);
         let (rest, chunk) = self.chunks.div_rem(panel);
         let (block_group, column_tile) = self.conv.column_tiles.div_rem(rest);
-        let (tap, cc) = self.channel_chunks.div_rem(chunk);
+        let (cc, tap) = self.taps.div_rem(chunk);
         let (bk, bn) = (self.row.divisor, self.panel.divisor / self.row.divisor);
         let block = BlockCoords { block_group, column_tile };
         self.conv.weight_source(block, tap, column_tile * bn + n, cc * bk + k)
     }
+}
+
+/// The output pixels a block computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PixelTile {
+    /// `BM` consecutive pixels of the flattened `n * out_h * out_w`.
+    Flat,
+    /// `BM / cols` rows by `cols` columns of one image's output ([`spatial`]); `cols` is 8 or 16,
+    /// so that a fragment's 8 rows lie in one row of the tile.
+    Spatial { cols: u32 },
 }
 
 /// One variant: precision and tile (each is its own PTX entry point).
@@ -260,15 +284,22 @@ impl IgemmPackParams {
 pub struct IgemmTile {
     pub name: &'static str,
     pub precision: Precision,
+    pub pixels: PixelTile,
     /// m16 tiles per warp: `BM = 64 * m_tiles`.
     pub m_tiles: u32,
     /// n8 tiles per warp (and block): `BN = 8 * n_tiles`.
     pub n_tiles: u32,
-    /// k8 steps per chunk: `BK = 8 * k_steps`.
+    /// k8 steps per chunk: `BK = 8 * k_steps` (1 for spatial tiles).
     pub k_steps: u32,
 }
 
 impl IgemmTile {
+    /// The tile a kernel instance computes (its name is the entry point's, not needed there).
+    pub const fn of_kernel(split: bool, pixels: PixelTile, m_tiles: u32, n_tiles: u32, k_steps: u32) -> Self {
+        let precision = if split { Precision::Tf32x3 } else { Precision::Tf32 };
+        IgemmTile { name: "", precision, pixels, m_tiles, n_tiles, k_steps }
+    }
+
     /// Pixels per block.
     pub const fn bm(&self) -> u32 {
         16 * WARPS * self.m_tiles
@@ -434,10 +465,28 @@ impl IgemmTile {
 }
 
 macro_rules! igemm_fwd_variants {
-    ($(($name:ident, $precision:ident, $mt:literal, $nt:literal, $ks:literal)),* $(,)?) => {
+    (
+        flat: $(($name:ident, $precision:ident, $mt:literal, $nt:literal, $ks:literal)),* $(,)?;
+        spatial: $(($sname:ident, $sprecision:ident, $smt:literal, $snt:literal, $cols:literal)),* $(,)?
+    ) => {
         /// Every variant in the PTX, by entry-point name.
         pub const IGEMM_FWD_VARIANTS: &[IgemmTile] = &[
-            $(IgemmTile { name: stringify!($name), precision: Precision::$precision, m_tiles: $mt, n_tiles: $nt, k_steps: $ks }),*
+            $(IgemmTile {
+                name: stringify!($name),
+                precision: Precision::$precision,
+                pixels: PixelTile::Flat,
+                m_tiles: $mt,
+                n_tiles: $nt,
+                k_steps: $ks,
+            },)*
+            $(IgemmTile {
+                name: stringify!($sname),
+                precision: Precision::$sprecision,
+                pixels: PixelTile::Spatial { cols: $cols },
+                m_tiles: $smt,
+                n_tiles: $snt,
+                k_steps: 1,
+            },)*
         ];
 
         #[cfg(target_arch = "nvptx64")]
@@ -448,11 +497,18 @@ macro_rules! igemm_fwd_variants {
                     super::device::convolve::<$mt, $nt, $ks, { matches!(super::Precision::$precision, super::Precision::Tf32x3) }>(&p)
                 }
             )*
+            $(
+                #[unsafe(no_mangle)]
+                pub unsafe extern "ptx-kernel" fn $sname(p: super::spatial::IgemmSpatialParams) {
+                    super::spatial::device::convolve::<$smt, $snt, $cols, { matches!(super::Precision::$sprecision, super::Precision::Tf32x3) }>(&p)
+                }
+            )*
         }
     };
 }
 
 igemm_fwd_variants!(
+    flat:
     (igemm_tf32_m128_n8_k8, Tf32, 2, 1, 1),
     (igemm_tf32_m128_n16_k8, Tf32, 2, 2, 1),
     (igemm_tf32_m128_n24_k8, Tf32, 2, 3, 1),
@@ -468,7 +524,34 @@ igemm_fwd_variants!(
     (igemm_3xtf32_m128_n56_k8, Tf32x3, 2, 7, 1),
     (igemm_3xtf32_m128_n64_k16, Tf32x3, 2, 8, 2),
     (igemm_3xtf32_m64_n32_k16, Tf32x3, 1, 4, 2),
-    (igemm_3xtf32_m64_n64_k16, Tf32x3, 1, 8, 2),
+    (igemm_3xtf32_m64_n64_k16, Tf32x3, 1, 8, 2);
+    // Spatial: rows x columns of pixels (16 x 8 fits 56- and 28-wide maps; 8 x 16 wider rows;
+    // 8 x 8 the 14-wide ones), BK = 8.
+    spatial:
+    (igemm_tf32_s16x8_n8, Tf32, 2, 1, 8),
+    (igemm_tf32_s16x8_n16, Tf32, 2, 2, 8),
+    (igemm_tf32_s16x8_n24, Tf32, 2, 3, 8),
+    (igemm_tf32_s16x8_n32, Tf32, 2, 4, 8),
+    (igemm_tf32_s16x8_n56, Tf32, 2, 7, 8),
+    (igemm_tf32_s16x8_n64, Tf32, 2, 8, 8),
+    (igemm_tf32_s8x16_n16, Tf32, 2, 2, 16),
+    (igemm_tf32_s8x16_n32, Tf32, 2, 4, 16),
+    (igemm_tf32_s8x16_n64, Tf32, 2, 8, 16),
+    (igemm_tf32_s8x8_n16, Tf32, 1, 2, 8),
+    (igemm_tf32_s8x8_n32, Tf32, 1, 4, 8),
+    (igemm_tf32_s8x8_n64, Tf32, 1, 8, 8),
+    (igemm_3xtf32_s16x8_n8, Tf32x3, 2, 1, 8),
+    (igemm_3xtf32_s16x8_n16, Tf32x3, 2, 2, 8),
+    (igemm_3xtf32_s16x8_n24, Tf32x3, 2, 3, 8),
+    (igemm_3xtf32_s16x8_n32, Tf32x3, 2, 4, 8),
+    (igemm_3xtf32_s16x8_n56, Tf32x3, 2, 7, 8),
+    (igemm_3xtf32_s16x8_n64, Tf32x3, 2, 8, 8),
+    (igemm_3xtf32_s8x16_n16, Tf32x3, 2, 2, 16),
+    (igemm_3xtf32_s8x16_n32, Tf32x3, 2, 4, 16),
+    (igemm_3xtf32_s8x16_n64, Tf32x3, 2, 8, 16),
+    (igemm_3xtf32_s8x8_n16, Tf32x3, 1, 2, 8),
+    (igemm_3xtf32_s8x8_n32, Tf32x3, 1, 4, 8),
+    (igemm_3xtf32_s8x8_n64, Tf32x3, 1, 8, 8),
 );
 
 /// [`PACK_KERNEL`].
@@ -478,28 +561,32 @@ igemm_fwd_variants!(
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn igemm_pack_weights(p: IgemmPackParams) {
-    use crate::prelude::{grid_stride, ldg_nc_f32, stg_f32, to_global};
+    use crate::prelude::{cvt_tf32, grid_stride, ldg_nc_f32, stg_f32, to_global};
     let (w, packed) = (to_global(p.w), to_global(p.packed));
     let (mut e, step) = grid_stride();
-    while e < p.total {
+    while e < p.total as u64 {
         let v = match p.source(e as u32) {
             Some(offset) => ldg_nc_f32(w + 4 * offset as u64),
             None => 0.0,
         };
-        stg_f32(packed + 4 * e, v);
+        stg_f32(packed + 4 * e, if p.round_tf32 != 0 { f32::from_bits(cvt_tf32(v)) } else { v });
         e += step;
     }
 }
 
 #[cfg(target_arch = "nvptx64")]
-mod device {
-    use super::{BLOCK_THREADS, BlockCoords, Chunk, IgemmFwdParams, IgemmTile, Precision, STAGES, STORE_VECTORS};
+pub(crate) mod device {
+    use super::{BLOCK_THREADS, BlockCoords, Chunk, IgemmFwdParams, IgemmTile, PixelTile, STAGES, STORE_VECTORS};
     use crate::prelude::*;
 
-    /// Fragment values as the tensor cores read them: TF32 (`SPLIT` false) or the TF32 value
-    /// and the TF32 residual (`SPLIT` true; the residual of a TF32 value is exact in f32).
+    /// Fragment values as the tensor cores read them: TF32 (`SPLIT` false; `v` as it is where
+    /// `ROUNDED`, already TF32) or the TF32 value and the TF32 residual (`SPLIT` true; the
+    /// residual of a TF32 value is exact in f32).
     #[inline(always)]
-    fn split<const SPLIT: bool>(v: f32) -> (u32, u32) {
+    pub(super) fn split<const SPLIT: bool, const ROUNDED: bool>(v: f32) -> (u32, u32) {
+        if !SPLIT && ROUNDED {
+            return (v.to_bits(), 0);
+        }
         let big = cvt_tf32(v);
         if SPLIT { (big, cvt_tf32(v - f32::from_bits(big))) } else { (big, 0) }
     }
@@ -508,13 +595,7 @@ mod device {
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     pub fn convolve<const MT: usize, const NT: usize, const KS: usize, const SPLIT: bool>(p: &IgemmFwdParams) {
-        let t = IgemmTile {
-            name: "",
-            precision: if SPLIT { Precision::Tf32x3 } else { Precision::Tf32 },
-            m_tiles: MT as u32,
-            n_tiles: NT as u32,
-            k_steps: KS as u32,
-        };
+        let t = IgemmTile::of_kernel(SPLIT, PixelTile::Flat, MT as u32, NT as u32, KS as u32);
         let thread = thread_idx_x();
         let (lane, warp) = (thread % 32, thread / 32);
         let block: BlockCoords = p.block_coords(p.z_base + block_idx_z());
@@ -576,17 +657,18 @@ mod device {
                 for i in 0..MT {
                     let [a0, a1] = ld_shared_f32x2(stage + 4 * t.a_pair(lane, warp, i as u32, ks, false));
                     let [a2, a3] = ld_shared_f32x2(stage + 4 * t.a_pair(lane, warp, i as u32, ks, true));
-                    (a[i][0], a_small[i][0]) = split::<SPLIT>(a0);
-                    (a[i][1], a_small[i][1]) = split::<SPLIT>(a1);
-                    (a[i][2], a_small[i][2]) = split::<SPLIT>(a2);
-                    (a[i][3], a_small[i][3]) = split::<SPLIT>(a3);
+                    (a[i][0], a_small[i][0]) = split::<SPLIT, false>(a0);
+                    (a[i][1], a_small[i][1]) = split::<SPLIT, false>(a1);
+                    (a[i][2], a_small[i][2]) = split::<SPLIT, false>(a2);
+                    (a[i][3], a_small[i][3]) = split::<SPLIT, false>(a3);
                 }
                 let mut b = [[0u32; 2]; NT];
                 let mut b_small = [[0u32; 2]; NT];
                 for j in 0..NT {
+                    // TF32 weights come rounded from the packing.
                     let [b0, b1] = ld_shared_f32x2(stage + 4 * t.b_pair(lane, j as u32, ks));
-                    (b[j][0], b_small[j][0]) = split::<SPLIT>(b0);
-                    (b[j][1], b_small[j][1]) = split::<SPLIT>(b1);
+                    (b[j][0], b_small[j][0]) = split::<SPLIT, true>(b0);
+                    (b[j][1], b_small[j][1]) = split::<SPLIT, true>(b1);
                 }
                 for i in 0..MT {
                     for j in 0..NT {

@@ -1,0 +1,471 @@
+//! Spatial tiles of the implicit GEMM ([`PixelTile::Spatial`]): a block computes `rows x cols`
+//! output pixels of one image, so the inputs it reads (the tile's halo: `(rows - 1) · stride +
+//! (R - 1) · dilation + 1` rows, likewise columns) are copied to shared memory once per chunk of
+//! `BK` = 8 channels, and every filter tap reads its fragments at its own offset into them. A
+//! flat tile copies each input once per tap (9 times for 3x3 filters); this one about 1.4 times
+//! (16 x 8 pixels under an 18 x 10 halo), which was the flat kernel's limit (issue-bound on its
+//! copies: `benches/NOTES.md`).
+//! - **Persistent blocks**: the grid holds as many blocks as the GPU keeps resident; each walks
+//!   the work items (column tile of a block group, pixel tile) `gridDim.x` apart, and its
+//!   pipeline runs across them, so that the next tile's halo lands while this one computes
+//!   (narrow groups have a single chunk per tile: one block per tile left nothing to overlap).
+//! - **Copies**: a thread owns up to [`HALO_ROUNDS`] halo positions (`thread + 128 i`), finds
+//!   their input offsets once per tile, and copies each position's 8 channels per chunk (4-byte
+//!   `cp.async`, one plane apart by addition; a zero where the position is padding). The
+//!   chunk's packed weights, every tap's `BN x 8` panel in a row, go in 16-byte pieces.
+//! - **Stage**: `[8][halo_stride]` inputs, `halo_stride ≥ halo_plane` and `≡ 8 mod 32`, then the
+//!   taps' panels (`[tap][BN][8]`, channels interleaved as [`IgemmTile::b_slot`] has them). The
+//!   A loads are 4-byte: lane (g, t) reads channel t (and t + 4) at its pixel's halo position,
+//!   pixels g = 0..7 of a fragment lying in one row of the tile (`cols` is 8 or 16): 8 adjacent
+//!   words per channel, channels 8 banks apart, conflict-free at stride 1 (2-way at stride 2).
+//! - **Pipeline**: [`STAGES`] = 2, one chunk computed while the next lands: a chunk holds every
+//!   tap, far more work than a flat chunk.
+//! - **Epilogue** straight from the accumulators: a store instruction writes 8 adjacent pixels
+//!   of 4 output channels, four whole 32-byte sectors where rows are 8-aligned.
+
+use super::{BLOCK_THREADS, BlockCoords, IgemmFwdParams, IgemmTile, PixelTile};
+use crate::MagicDiv;
+use bytemuck::{Pod, Zeroable};
+
+/// Stages of the pipeline: one computed, one in flight.
+pub const STAGES: u32 = 2;
+/// Halo positions a thread owns at most: halo planes of up to `HALO_ROUNDS * BLOCK_THREADS`.
+pub const HALO_ROUNDS: usize = 5;
+pub const MAX_HALO_PLANE: u32 = HALO_ROUNDS as u32 * BLOCK_THREADS;
+/// Channels per chunk.
+pub const BK: u32 = 8;
+/// A halo position outside the input (padding), copied as a zero. A sentinel rather than an
+/// `Option` keeps a thread's positions in one register each.
+pub const OUTSIDE: u32 = u32::MAX;
+
+/// Parameters of the spatial kernels: the flat kernels' (`z_base` unused) and the tiling's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct IgemmSpatialParams {
+    pub conv: IgemmFwdParams,
+    pub out_h: u32,
+    pub out_w: u32,
+    /// Input columns under a tile.
+    pub halo_w: u32,
+    /// Input positions under a tile: rows times `halo_w`, at most [`MAX_HALO_PLANE`].
+    pub halo_plane: u32,
+    /// Floats per channel of the halo in a stage.
+    pub halo_stride: u32,
+    /// Floats per stage: `BK * halo_stride + taps * BN * BK`.
+    pub stage_floats: u32,
+    /// Work items: pixel tiles times packed z-indices (block groups times column tiles).
+    pub work_items: u32,
+    /// Keeps the struct free of implicit padding (a multiple of 8 bytes).
+    pub _pad: u32,
+    /// Divides a work item by the pixel tiles of all images: (packed z-index, pixel tile).
+    pub pixel_tiles: MagicDiv,
+    /// Divides a pixel tile by the tiles per image: (image, tile of the image).
+    pub tiles: MagicDiv,
+    /// Divides a tile of one image by the tile columns: (tile row, tile column).
+    pub tile_cols: MagicDiv,
+    /// Divides a halo position by `halo_w`: (row, column).
+    pub halo_w_div: MagicDiv,
+}
+
+/// Where a block's pixels lie: its image and its first output row and column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileOrigin {
+    pub image: u32,
+    pub oh0: u32,
+    pub ow0: u32,
+}
+
+/// Where a thread's copies of one work item come from ([`IgemmSpatialParams::tile_source`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileSource {
+    pub block: BlockCoords,
+    /// Element offset of the first channel of the block's groups in the tile's image.
+    pub image_plane: u64,
+    /// The thread's halo positions' offsets within an input plane, round `i` holding position
+    /// `thread + 128 i` ([`OUTSIDE`] for padding; unused beyond the halo).
+    pub halo: [u32; HALO_ROUNDS],
+}
+
+impl IgemmTile {
+    /// Columns of a spatial tile (the flat tile: its pixels in one row).
+    pub const fn cols(&self) -> u32 {
+        match self.pixels {
+            PixelTile::Flat => self.bm(),
+            PixelTile::Spatial { cols } => cols,
+        }
+    }
+
+    /// Rows of a spatial tile.
+    pub const fn rows(&self) -> u32 {
+        self.bm() / self.cols()
+    }
+}
+
+/// `halo_plane` padded to the stride of a channel in a stage: the least ≥ it that is ≡ 8 mod 32.
+pub const fn halo_stride(halo_plane: u32) -> u32 {
+    (halo_plane + 24).next_multiple_of(32) - 24
+}
+
+/// Floats of one stage of `tile` (see [`IgemmSpatialParams::stage_floats`]).
+pub const fn stage_floats(tile: &IgemmTile, halo_stride: u32, taps: u32) -> u32 {
+    BK * halo_stride + taps * tile.bn() * BK
+}
+
+/// Dynamic shared memory of `tile`: its stages.
+pub const fn smem_bytes(stage_floats: u32) -> u32 {
+    4 * STAGES * stage_floats
+}
+
+impl IgemmSpatialParams {
+    /// Work item `item`'s block group and column tile, and its pixel tile.
+    #[inline(always)]
+    pub fn work_item(&self, item: u32) -> (BlockCoords, u32) {
+        let (z, tile) = self.pixel_tiles.div_rem(item);
+        (self.conv.block_coords(z), tile)
+    }
+
+    /// The image and first output pixel of pixel tile `tile`.
+    #[inline(always)]
+    pub fn origin(&self, t: &IgemmTile, tile: u32) -> TileOrigin {
+        let (image, within) = self.tiles.div_rem(tile);
+        let (row, col) = self.tile_cols.div_rem(within);
+        TileOrigin { image, oh0: row * t.rows(), ow0: col * t.cols() }
+    }
+
+    /// Offset within an input plane of halo position `q` of the tile at `o`, or [`OUTSIDE`].
+    #[inline(always)]
+    pub fn halo_source(&self, o: &TileOrigin, q: u32) -> u32 {
+        let (row, col) = self.halo_w_div.div_rem(q);
+        let w = &self.conv.window;
+        let ih = (o.oh0 * w.stride_h + row) as i32 - w.pad_h;
+        let iw = (o.ow0 * w.stride_w + col) as i32 - w.pad_w;
+        if (ih as u32) < self.conv.in_h && (iw as u32) < self.conv.in_w {
+            ih as u32 * self.conv.in_w + iw as u32
+        } else {
+            OUTSIDE
+        }
+    }
+
+    /// Where `thread` copies work item `item` from.
+    #[inline(always)]
+    pub fn tile_source(&self, t: &IgemmTile, item: u32, thread: u32) -> TileSource {
+        let (block, tile) = self.work_item(item);
+        let o = self.origin(t, tile);
+        let c = &self.conv;
+        let image_plane =
+            (o.image as u64 * c.channels as u64 + (block.block_group * c.block_channels) as u64) * c.in_plane as u64;
+        let mut halo = [OUTSIDE; HALO_ROUNDS];
+        let mut i = 0;
+        while i < HALO_ROUNDS && thread + i as u32 * BLOCK_THREADS < self.halo_plane {
+            halo[i] = self.halo_source(&o, thread + i as u32 * BLOCK_THREADS);
+            i += 1;
+        }
+        TileSource { block, image_plane, halo }
+    }
+
+    /// Calls `copy_x(slot, offset, inside)` for each of `thread`'s input copies of channel
+    /// chunk `cc` of the work item `src` describes (`offset` 0 where `inside` is false, which
+    /// copies a zero) and `copy_w4(slot, offset)` for its 16-byte copies of the chunk's packed
+    /// weights (slots within a stage).
+    #[inline(always)]
+    pub fn copy_chunk(
+        &self,
+        t: &IgemmTile,
+        src: &TileSource,
+        thread: u32,
+        cc: u32,
+        mut copy_x: impl FnMut(u32, u64, bool),
+        mut copy_w4: impl FnMut(u32, u64),
+    ) {
+        let c = &self.conv;
+        let first = cc * BK;
+        let channels = c.block_channels - first;
+        let plane = c.in_plane as u64;
+        let chunk_base = src.image_plane + first as u64 * plane;
+        let mut i = 0;
+        while i < HALO_ROUNDS {
+            let q = thread + i as u32 * BLOCK_THREADS;
+            if q >= self.halo_plane {
+                break;
+            }
+            // The position's channels lie one plane apart: one addition per copy, and no
+            // per-copy test where the position and the whole chunk are inside (three loops,
+            // the test outside them).
+            let mut offset = chunk_base + src.halo[i] as u64;
+            if src.halo[i] == OUTSIDE {
+                for k in 0..BK {
+                    copy_x(k * self.halo_stride + q, 0, false);
+                }
+            } else if channels >= BK {
+                for k in 0..BK {
+                    copy_x(k * self.halo_stride + q, offset, true);
+                    offset += plane;
+                }
+            } else {
+                for k in 0..BK {
+                    let inside = k < channels;
+                    copy_x(k * self.halo_stride + q, if inside { offset } else { 0 }, inside);
+                    offset += plane;
+                }
+            }
+            i += 1;
+        }
+        // Every tap's panel of the chunk, one run of the packed weights.
+        let panel = t.panel_offset(c, src.block, cc * c.taps);
+        let a_floats = BK * self.halo_stride;
+        let mut e = thread;
+        while e < c.taps * t.bn() * BK / 4 {
+            copy_w4(a_floats + 4 * e, panel + 4 * e as u64);
+            e += BLOCK_THREADS;
+        }
+    }
+
+    /// Calls `f(slot)` for each input slot of a stage that `thread`'s copies fill
+    /// ([`Self::copy_chunk`]): once they have landed, the same thread may rewrite them (rounded
+    /// to TF32) before the barrier that shows them to the others.
+    #[inline(always)]
+    pub fn own_slots(&self, thread: u32, mut f: impl FnMut(u32)) {
+        let mut q = thread;
+        while q < self.halo_plane {
+            let mut k = 0;
+            while k < BK {
+                f(k * self.halo_stride + q);
+                k += 1;
+            }
+            q += BLOCK_THREADS;
+        }
+    }
+
+    /// Halo offset of pixel `m` of the tile (filter tap (0, 0), channel 0).
+    #[inline(always)]
+    pub fn pixel_offset(&self, t: &IgemmTile, m: u32) -> u32 {
+        let (row, col) = (m / t.cols(), m % t.cols());
+        let w = &self.conv.window;
+        row * w.stride_h * self.halo_w + col * w.stride_w
+    }
+
+    /// Halo offset of filter tap (r, s).
+    #[inline(always)]
+    pub fn tap_offset(&self, r: u32, s: u32) -> u32 {
+        let w = &self.conv.window;
+        r * w.dil_h * self.halo_w + s * w.dil_w
+    }
+
+    /// The tile's pixel of `lane`'s A element `e` (row g, g + 8, g, g + 8 for e = 0..4) of
+    /// m-tile `i`.
+    #[inline(always)]
+    pub const fn a_pixel(t: &IgemmTile, lane: u32, warp: u32, i: u32, e: u32) -> u32 {
+        t.warp_row(warp) + 16 * i + lane / 4 + 8 * (e % 2)
+    }
+
+    /// Slot of `lane`'s A element `e` (channel t, t, t + 4, t + 4 for e = 0..4) at halo offset 0.
+    #[inline(always)]
+    pub const fn a_channel(&self, lane: u32, e: u32) -> u32 {
+        (lane % 4 + 4 * (e / 2)) * self.halo_stride
+    }
+
+    /// Slot of `lane`'s A element `e` of m-tile `i` at the tap whose [`Self::tap_offset`] is
+    /// `tap_offset`: what the kernel composes from the parts.
+    #[inline(always)]
+    pub fn a_slot(&self, t: &IgemmTile, lane: u32, warp: u32, i: u32, e: u32, tap_offset: u32) -> u32 {
+        self.a_channel(lane, e) + self.pixel_offset(t, Self::a_pixel(t, lane, warp, i, e)) + tap_offset
+    }
+
+    /// Slot of the pair (B(k t, n g), B(k t+4, n g)) of n-tile `j` at filter tap `tap`.
+    #[inline(always)]
+    pub const fn b_pair(&self, t: &IgemmTile, lane: u32, j: u32, tap: u32) -> u32 {
+        let (g, tt) = (lane / 4, lane % 4);
+        BK * self.halo_stride + (tap * t.bn() + 8 * j + g) * BK + 2 * tt
+    }
+
+    /// Offset within an output plane of pixel `m` of the tile at `o`, if inside the output.
+    #[inline(always)]
+    pub fn output_pixel(&self, t: &IgemmTile, o: &TileOrigin, m: u32) -> Option<u32> {
+        let (oh, ow) = (o.oh0 + m / t.cols(), o.ow0 + m % t.cols());
+        ((oh < self.out_h) & (ow < self.out_w)).then_some(oh * self.out_w + ow)
+    }
+
+    /// Element offset of output `column` of `block`'s column tile in `image`'s output plane,
+    /// if the column exists.
+    #[inline(always)]
+    pub fn output_plane(&self, t: &IgemmTile, block: BlockCoords, image: u32, column: u32) -> Option<u64> {
+        let c = &self.conv;
+        let column = block.column_tile * t.bn() + column;
+        let k = block.block_group * c.block_outputs + column;
+        (column < c.block_outputs).then(|| (image as u64 * c.out_channels as u64 + k as u64) * c.out_plane as u64)
+    }
+}
+
+#[cfg(target_arch = "nvptx64")]
+pub(crate) mod device {
+    use super::super::{IgemmTile, PixelTile, device::split};
+    use super::{IgemmSpatialParams, STAGES, TileSource};
+    use crate::prelude::*;
+
+    // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    pub fn convolve<const MT: usize, const NT: usize, const COLS: u32, const SPLIT: bool>(p: &IgemmSpatialParams) {
+        let t = IgemmTile::of_kernel(SPLIT, PixelTile::Spatial { cols: COLS }, MT as u32, NT as u32, 1);
+        let c = &p.conv;
+        let thread = thread_idx_x();
+        let (lane, warp) = (thread % 32, thread / 32);
+        let (smem, x, w, y) = (smem_base(), to_global(c.x), to_global(c.w), to_global(c.y));
+        let stage_bytes = 4 * p.stage_floats;
+        let (items, step, chunks) = (p.work_items, grid_dim_x(), c.channel_chunks);
+
+        let copy = #[inline(always)]
+        |stage: u32, src: &TileSource, cc: u32| {
+            let base = smem + stage * stage_bytes;
+            p.copy_chunk(
+                &t,
+                src,
+                thread,
+                cc,
+                #[inline(always)]
+                |slot, offset, inside| cp_async_f32(base + 4 * slot, x + 4 * offset, if inside { 4 } else { 0 }),
+                #[inline(always)]
+                |slot, offset| cp_async_f32x4(base + 4 * slot, w + 4 * offset, 16),
+            );
+        };
+
+        // The copy cursor runs one (work item, chunk) ahead of the computation.
+        let mut copy_item = block_idx_x();
+        let mut copy_cc = 0;
+        let mut src = p.tile_source(&t, copy_item, thread);
+        if copy_item < items {
+            copy(0, &src, 0);
+        }
+        cp_async_commit();
+
+        // The lane's A rows and channels, as byte offsets into a stage.
+        let mut pixel = [[0u32; 2]; MT];
+        for i in 0..MT {
+            for h in 0..2 {
+                let m = IgemmSpatialParams::a_pixel(&t, lane, warp, i as u32, h as u32);
+                pixel[i][h] = 4 * p.pixel_offset(&t, m);
+            }
+        }
+        let (k_low, k_high) = (4 * p.a_channel(lane, 0), 4 * p.a_channel(lane, 2));
+
+        let mut acc = [[[0.0f32; 4]; NT]; MT];
+        let (mut item, mut cc, mut stage) = (block_idx_x(), 0, 0);
+        while item < items {
+            // This chunk has landed (for every thread after the barrier), and every warp is
+            // done with the stage the next one refills.
+            cp_async_wait_all();
+            let at_stage = smem + stage * stage_bytes;
+            if !SPLIT {
+                // TF32: each input rounded once here rather than once per filter tap.
+                p.own_slots(thread, |slot| {
+                    let v = ld_shared_f32(at_stage + 4 * slot);
+                    st_shared_f32(at_stage + 4 * slot, f32::from_bits(cvt_tf32(v)));
+                });
+            }
+            sync_threads();
+            copy_cc += 1;
+            if copy_cc == chunks {
+                copy_cc = 0;
+                copy_item += step;
+                if copy_item < items {
+                    src = p.tile_source(&t, copy_item, thread);
+                }
+            }
+            if copy_item < items {
+                copy(stage ^ 1, &src, copy_cc);
+            }
+            cp_async_commit();
+
+            let mut tap = 0;
+            let mut r = 0;
+            while r < c.window.filter_r {
+                let mut s = 0;
+                while s < c.window.filter_s {
+                    // Opaque: left to itself the compiler steps each of the lane's 8 A
+                    // addresses per tap instead of adding one tap offset.
+                    let at_tap = at_stage + 4 * crate::opaque(p.tap_offset(r, s));
+                    let (low, high) = (at_tap + k_low, at_tap + k_high);
+                    let mut a = [[0u32; 4]; MT];
+                    let mut a_small = [[0u32; 4]; MT];
+                    for i in 0..MT {
+                        let v = [
+                            ld_shared_f32(low + pixel[i][0]),
+                            ld_shared_f32(low + pixel[i][1]),
+                            ld_shared_f32(high + pixel[i][0]),
+                            ld_shared_f32(high + pixel[i][1]),
+                        ];
+                        for e in 0..4 {
+                            // TF32 inputs were rounded once the chunk landed.
+                            (a[i][e], a_small[i][e]) = split::<SPLIT, true>(v[e]);
+                        }
+                    }
+                    let mut b = [[0u32; 2]; NT];
+                    let mut b_small = [[0u32; 2]; NT];
+                    for j in 0..NT {
+                        // TF32 weights come rounded from the packing.
+                        let [b0, b1] = ld_shared_f32x2(at_stage + 4 * p.b_pair(&t, lane, j as u32, tap));
+                        (b[j][0], b_small[j][0]) = split::<SPLIT, true>(b0);
+                        (b[j][1], b_small[j][1]) = split::<SPLIT, true>(b1);
+                    }
+                    for i in 0..MT {
+                        for j in 0..NT {
+                            if SPLIT {
+                                // One tap of the chunk summed apart, as the flat tile's chunk.
+                                let mut part = mma_tf32_m16n8k8(a_small[i], b[j], [0.0; 4]);
+                                part = mma_tf32_m16n8k8(a[i], b_small[j], part);
+                                part = mma_tf32_m16n8k8(a[i], b[j], part);
+                                for e in 0..4 {
+                                    acc[i][j][e] += part[e];
+                                }
+                            } else {
+                                acc[i][j] = mma_tf32_m16n8k8(a[i], b[j], acc[i][j]);
+                            }
+                        }
+                    }
+                    tap += 1;
+                    s += 1;
+                }
+                r += 1;
+            }
+            stage ^= 1;
+            cc += 1;
+            if cc == chunks {
+                store(p, &t, y, item, lane, warp, &acc);
+                acc = [[[0.0f32; 4]; NT]; MT];
+                cc = 0;
+                item += step;
+            }
+        }
+    }
+
+    /// Stores work item `item`'s accumulators: accumulator e of tile (i, j) is pixel g (+8) of
+    /// m-tile i and output 2t (+1) of n-tile j.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn store<const MT: usize, const NT: usize>(
+        p: &IgemmSpatialParams,
+        t: &IgemmTile,
+        y: u64,
+        item: u32,
+        lane: u32,
+        warp: u32,
+        acc: &[[[f32; 4]; NT]; MT],
+    ) {
+        let (block, tile) = p.work_item(item);
+        let origin = p.origin(t, tile);
+        for j in 0..NT {
+            for odd in 0..2 {
+                let (_, column) = t.acc_position(lane, warp, 0, j as u32, odd as u32);
+                let Some(plane) = p.output_plane(t, block, origin.image, column) else { continue };
+                for i in 0..MT {
+                    for upper in 0..2 {
+                        let (m, _) = t.acc_position(lane, warp, i as u32, j as u32, 2 * upper as u32);
+                        if let Some(at) = p.output_pixel(t, &origin, m) {
+                            stg_f32(y + 4 * (plane + at as u64), acc[i][j][2 * upper + odd]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
