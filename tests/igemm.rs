@@ -186,7 +186,10 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile) {
                             stores.push((slot, if inside { x[offset as usize] } else { 0.0 }));
                         },
                         |slot, offset| {
-                            assert!(slot.is_multiple_of(4) && offset.is_multiple_of(4), "16-byte copy {offset} -> {slot}");
+                            assert!(
+                                slot.is_multiple_of(4) && offset.is_multiple_of(4),
+                                "16-byte copy {offset} -> {slot}"
+                            );
                             weights.extend((0..4).map(|i| (slot + i, packed[(offset + i as u64) as usize])));
                         },
                     );
@@ -214,7 +217,8 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile) {
                                     for lane in 0..32 {
                                         smem.item = warp * 32 + lane;
                                         for e in 0..4 {
-                                            a[lane as usize][e as usize] = smem.load(sp.a_slot(tile, lane, warp, i, e, offset));
+                                            a[lane as usize][e as usize] =
+                                                smem.load(sp.a_slot(tile, lane, warp, i, e, offset));
                                         }
                                         let pair = sp.b_pair(tile, lane, j, tap);
                                         assert!(pair.is_multiple_of(2), "8-byte load at slot {pair}");
@@ -243,7 +247,8 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile) {
                                 };
                                 let offset = plane + at as u64;
                                 mark_written(&mut written, offset);
-                                y[offset as usize] = acc[((warp * mt + i) * nt + j) as usize][lane as usize][e as usize] as f32;
+                                y[offset as usize] =
+                                    acc[((warp * mt + i) * nt + j) as usize][lane as usize][e as usize] as f32;
                             }
                         }
                     }

@@ -12,7 +12,9 @@ use kernels_gpu::{
         direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
         fft::{FFTCONV_TILES, FftConvParams},
         fft_gemm::{FFT_GEMM_SIZES, FftGemmParams},
-        igemm::{IGEMM_FWD_VARIANTS, IgemmFwdParams, IgemmPackParams, PACK_KERNEL, PixelTile, spatial::IgemmSpatialParams},
+        igemm::{
+            IGEMM_FWD_VARIANTS, IgemmFwdParams, IgemmPackParams, PACK_KERNEL, PixelTile, spatial::IgemmSpatialParams,
+        },
     },
     fft::{
         FFT_KERNEL, FftParams,

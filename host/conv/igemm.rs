@@ -101,7 +101,10 @@ pub fn tile_unsupported(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) ->
 }
 
 /// The variants that compute `conv` (valid).
-pub fn supporting_variants<'a>(conv: &'a Conv2d, geom: &'a ConvGeometry) -> impl Iterator<Item = &'static IgemmTile> + 'a {
+pub fn supporting_variants<'a>(
+    conv: &'a Conv2d,
+    geom: &'a ConvGeometry,
+) -> impl Iterator<Item = &'static IgemmTile> + 'a {
     IGEMM_FWD_VARIANTS.iter().filter(move |t| tile_unsupported(conv, geom, t).is_none())
 }
 
@@ -174,11 +177,14 @@ pub fn shape(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> IgemmShape
             let (rows, cols) = (tile.rows(), tile.cols());
             let extent = |tile: u32, stride: usize, filter: usize, dilation: usize| {
                 // Saturating: a huge window only makes the tile unsupported.
-                let span = (tile as usize - 1).saturating_mul(stride).saturating_add((filter - 1).saturating_mul(dilation));
+                let span =
+                    (tile as usize - 1).saturating_mul(stride).saturating_add((filter - 1).saturating_mul(dilation));
                 span.saturating_add(1).min(u32::MAX as usize) as u32
             };
-            let (halo_h, halo_w) =
-                (extent(rows, conv.stride[0], conv.r, conv.dilation[0]), extent(cols, conv.stride[1], conv.s, conv.dilation[1]));
+            let (halo_h, halo_w) = (
+                extent(rows, conv.stride[0], conv.r, conv.dilation[0]),
+                extent(cols, conv.stride[1], conv.s, conv.dilation[1]),
+            );
             let taps = (conv.r * conv.s).min(u32::MAX as usize) as u32;
             let stride = spatial::halo_stride(halo_h.saturating_mul(halo_w).min(MAX_HALO_PLANE + 1));
             let s = SpatialShape {
