@@ -27,7 +27,7 @@ use super::{BLOCK_THREADS, BlockCoords, IgemmFwdParams, IgemmTile, PixelTile};
 use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
 
-/// Stages of the pipeline: one computed, one in flight.
+/// Stages of the pipeline: one computed, one in flight (the kernel toggles between the two).
 pub const STAGES: u32 = 2;
 /// Halo positions a thread owns at most: halo planes of up to `HALO_ROUNDS * BLOCK_THREADS`.
 pub const HALO_ROUNDS: usize = 5;
@@ -299,7 +299,7 @@ impl IgemmSpatialParams {
 #[cfg(target_arch = "nvptx64")]
 pub(crate) mod device {
     use super::super::{IgemmTile, PixelTile, device::split};
-    use super::{IgemmSpatialParams, STAGES, TileSource};
+    use super::{IgemmSpatialParams, TileSource};
     use crate::prelude::*;
 
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
