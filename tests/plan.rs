@@ -254,9 +254,9 @@ fn the_heuristic_follows_the_measured_rules() {
         assert!(matches!(choose("default", "rnx50-c128-56", math, gib), Algorithm::Direct(_)), "{math:?}");
     }
     // 16 and more channels per group (below 64): the tensor-core kernel, TF32 in the fast
-    // class, 3xTF32 in the exact one; 8 per group: the direct kernel, except strided layers
-    // in the fast class; RegNetY-8GF's 56-wide groups on 28-wide maps: cuDNN's Winograd when
-    // exact.
+    // class, 3xTF32 in the exact one; 8 per group: TF32 in the fast class, the direct kernel
+    // in the exact one; 4 per group: the direct kernel; RegNetY-8GF's 56-wide groups on
+    // 28-wide maps: cuDNN's Winograd when exact.
     let precision = |a: Algorithm| match a {
         Algorithm::Igemm(name) => igemm::variants().iter().find(|t| t.name == name).map(|t| t.precision),
         _ => None,
@@ -267,7 +267,9 @@ fn the_heuristic_follows_the_measured_rules() {
         assert_eq!(precision(choose(suite, label, MathClass::Fast, gib)), Some(Precision::Tf32), "{label}");
         assert_eq!(precision(choose(suite, label, MathClass::Exact, gib)), Some(Precision::Tf32x3), "{label}");
     }
-    assert!(matches!(choose("default", "rnx50-c256-28", MathClass::Fast, gib), Algorithm::Direct(_)));
+    assert_eq!(precision(choose("default", "rnx50-c256-28", MathClass::Fast, gib)), Some(Precision::Tf32));
+    assert!(matches!(choose("default", "rnx50-c256-28", MathClass::Exact, gib), Algorithm::Direct(_)));
+    assert!(matches!(choose("grouped", "rnx50-c128-56-x3", MathClass::Fast, gib), Algorithm::Direct(_)));
     assert_eq!(precision(choose("grouped", "rnx50-c256-56-s2", MathClass::Fast, gib)), Some(Precision::Tf32));
     assert!(matches!(choose("grouped", "rnx50-c256-56-s2", MathClass::Exact, gib), Algorithm::Direct(_)));
     let winograd = Algorithm::CudnnLegacy(Algo::CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, Math::Fma);

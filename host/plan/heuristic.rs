@@ -27,10 +27,10 @@
 //!   layers of [`WINOGRAD_MIN_CHANNELS`] and more per group on maps of [`WINOGRAD_MIN_MAP`] and
 //!   more: cuDNN's non-fused Winograd (RegNetY-8GF's 56-wide groups on 56 and 28-wide maps:
 //!   0.42 against 0.60 ms, 0.23 against 0.31 ms).
-//! - Narrower groups (ResNeXt's 4 and 8 per group) run the direct kernel: the tensor-core
-//!   kernel took 1.1-2.4x as long there; except strided layers of at least
-//!   [`TF32_STRIDED_MIN_PRODUCT`] channel pairs in the fast class, which TF32 computed 10%
-//!   faster.
+//! - Narrower groups (ResNeXt's 4 and 8 per group) run the direct kernel in the exact class
+//!   (3xTF32 took 1.0-2.4x as long there), and from [`TF32_MIN_PRODUCT`] channel pairs the
+//!   tensor-core kernel in the fast class (TF32 computed ResNeXt's 8-wide groups 1.2-1.5x
+//!   faster than the direct kernel once its spatial tiles came).
 //! - Everything else runs the direct kernel with its own tile heuristic.
 
 use super::{Choice, Origin};
@@ -79,9 +79,11 @@ pub const CUDNN_MIN_CHANNELS: usize = 128;
 /// (ShuffleNet's 1x1 layers: 0.019 against 0.055 ms) went to it, 8 x 8 stayed with the direct
 /// kernel (0.073 against 0.076 ms, and 1.3x in 3xTF32).
 pub const TENSOR_CORE_MIN_PRODUCT: usize = 144;
-/// [`TENSOR_CORE_MIN_PRODUCT`] for strided layers in the fast class: 8 x 8 (ResNeXt's stride-2
-/// layers with 8-wide groups: 0.078 against the direct kernel's 0.086 ms, 0.149 against 0.165).
-pub const TF32_STRIDED_MIN_PRODUCT: usize = 64;
+/// [`TENSOR_CORE_MIN_PRODUCT`] in the fast class: 8 x 8 (ResNeXt's 8-wide groups at 9ab403c,
+/// TF32 against the direct kernel: 0.051 against 0.075 ms and 0.095 against 0.126 on 28x28
+/// maps, 0.073 against 0.086 and 0.138 against 0.165 at stride 2); 4 x 4 stays with the
+/// direct kernel (0.083 against 0.081 ms on 56x56 maps).
+pub const TF32_MIN_PRODUCT: usize = 64;
 /// Channels per group, and input width and height, from which cuDNN's non-fused Winograd takes
 /// a 3x3 unit-stride layer in the exact class.
 pub const WINOGRAD_MIN_CHANNELS: usize = 48;
@@ -173,8 +175,7 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
                 }
             };
         }
-        let strided_fast = math == MathClass::Fast && conv.stride != [1, 1];
-        let min_product = if strided_fast { TF32_STRIDED_MIN_PRODUCT } else { TENSOR_CORE_MIN_PRODUCT };
+        let min_product = if math == MathClass::Fast { TF32_MIN_PRODUCT } else { TENSOR_CORE_MIN_PRODUCT };
         if geom.c_per_group * geom.k_per_group >= min_product {
             let precision = igemm::precisions(math)[0];
             if let Ok(shape) = igemm::choose(conv, geom, precision, sm_count) {
