@@ -152,6 +152,12 @@ fn run_flat_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {
     assert_within_bound(&y, &truth, bound, &format!("{conv} on {}", tile.name));
 }
 
+/// `v` rounded to TF32 as `cvt.rna.tf32.f32` does (10 mantissa bits, to nearest, ties away
+/// from zero; finite `v`).
+fn tf32(v: f32) -> f32 {
+    f32::from_bits((v.to_bits() + 0x1000) & !0x1fff)
+}
+
 /// The spatial tile ([`PixelTile::Spatial`]): halo copies per channel chunk, every tap's
 /// fragments read from them.
 fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile) {
@@ -204,6 +210,16 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile) {
                     for (slot, v) in stores.into_iter().chain(weights) {
                         smem.store(slot, v);
                     }
+                    // 3xTF32: the split the thread makes once its copies land (TF32 is left
+                    // exact here, within the f32 bound: its rounding has a bound of its own).
+                    if tile.precision == Precision::Tf32x3 {
+                        for slot in owned {
+                            let v = smem.load(slot);
+                            let big = tf32(v);
+                            smem.store(slot, big);
+                            smem.store(slot + sp.residual_offset(), tf32(v - big));
+                        }
+                    }
                 }
                 smem.barrier();
                 let mut tap = 0;
@@ -217,8 +233,12 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile) {
                                     for lane in 0..32 {
                                         smem.item = warp * 32 + lane;
                                         for e in 0..4 {
-                                            a[lane as usize][e as usize] =
-                                                smem.load(sp.a_slot(tile, lane, warp, i, e, offset));
+                                            let slot = sp.a_slot(tile, lane, warp, i, e, offset);
+                                            a[lane as usize][e as usize] = if tile.precision == Precision::Tf32x3 {
+                                                smem.load(slot) + smem.load(slot + sp.residual_offset())
+                                            } else {
+                                                smem.load(slot)
+                                            };
                                         }
                                         let pair = sp.b_pair(tile, lane, j, tap);
                                         assert!(pair.is_multiple_of(2), "8-byte load at slot {pair}");

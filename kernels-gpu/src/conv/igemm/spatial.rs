@@ -13,8 +13,11 @@
 //!   their input offsets once per tile, and copies each position's 8 channels per chunk (4-byte
 //!   `cp.async`, one plane apart by addition; a zero where the position is padding). The
 //!   chunk's packed weights, every tap's `BN x 8` panel in a row, go in 16-byte pieces.
-//! - **Stage**: `[8][halo_stride]` inputs, `halo_stride ≥ halo_plane` and `≡ 8 mod 32`, then the
-//!   taps' panels (`[tap][BN][8]`, channels interleaved as [`IgemmTile::b_slot`] has them). The
+//! - **Split once**: when a chunk has landed, the thread that copied an input rounds it to TF32
+//!   in place and, for 3xTF32, stores its TF32 residual in a second region (before the barrier
+//!   that shows them to the other threads): the taps then load fragments ready for the mma.
+//! - **Stage**: `[8][halo_stride]` inputs (and as many residuals for 3xTF32), `halo_stride ≥
+//!   halo_plane` and `≡ 8 mod 32`, then the taps' panels (`[tap][BN][8]`, channels interleaved as [`IgemmTile::b_slot`] has them). The
 //!   A loads are 4-byte: lane (g, t) reads channel t (and t + 4) at its pixel's halo position,
 //!   pixels g = 0..7 of a fragment lying in one row of the tile (`cols` is 8 or 16): 8 adjacent
 //!   words per channel, channels 8 banks apart, conflict-free at stride 1 (2-way at stride 2).
@@ -23,7 +26,7 @@
 //! - **Epilogue** straight from the accumulators: a store instruction writes 8 adjacent pixels
 //!   of 4 output channels, four whole 32-byte sectors where rows are 8-aligned.
 
-use super::{BLOCK_THREADS, BlockCoords, IgemmFwdParams, IgemmTile, PixelTile};
+use super::{BLOCK_THREADS, BlockCoords, IgemmFwdParams, IgemmTile, PixelTile, Precision};
 use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
 
@@ -106,9 +109,18 @@ pub const fn halo_stride(halo_plane: u32) -> u32 {
     (halo_plane + 24).next_multiple_of(32) - 24
 }
 
+/// Input regions of a stage: the inputs as copied (rounded to TF32 in place), and for 3xTF32
+/// their TF32 residuals.
+pub const fn a_regions(tile: &IgemmTile) -> u32 {
+    match tile.precision {
+        Precision::Tf32 => 1,
+        Precision::Tf32x3 => 2,
+    }
+}
+
 /// Floats of one stage of `tile` (see [`IgemmSpatialParams::stage_floats`]).
 pub const fn stage_floats(tile: &IgemmTile, halo_stride: u32, taps: u32) -> u32 {
-    BK * halo_stride + taps * tile.bn() * BK
+    a_regions(tile) * BK * halo_stride + taps * tile.bn() * BK
 }
 
 /// Dynamic shared memory of `tile`: its stages.
@@ -212,7 +224,7 @@ impl IgemmSpatialParams {
         }
         // Every tap's panel of the chunk, one run of the packed weights.
         let panel = t.panel_offset(c, src.block, cc * c.taps);
-        let a_floats = BK * self.halo_stride;
+        let a_floats = self.a_floats(t);
         let mut e = thread;
         while e < c.taps * t.bn() * BK / 4 {
             copy_w4(a_floats + 4 * e, panel + 4 * e as u64);
@@ -275,7 +287,19 @@ impl IgemmSpatialParams {
     #[inline(always)]
     pub const fn b_pair(&self, t: &IgemmTile, lane: u32, j: u32, tap: u32) -> u32 {
         let (g, tt) = (lane / 4, lane % 4);
-        BK * self.halo_stride + (tap * t.bn() + 8 * j + g) * BK + 2 * tt
+        self.a_floats(t) + (tap * t.bn() + 8 * j + g) * BK + 2 * tt
+    }
+
+    /// Floats of a stage's input regions ([`a_regions`]); the weights follow them.
+    #[inline(always)]
+    pub const fn a_floats(&self, t: &IgemmTile) -> u32 {
+        a_regions(t) * BK * self.halo_stride
+    }
+
+    /// How far a 3xTF32 input's residual lies from the input's slot.
+    #[inline(always)]
+    pub const fn residual_offset(&self) -> u32 {
+        BK * self.halo_stride
     }
 
     /// Offset within an output plane of pixel `m` of the tile at `o`, if inside the output.
@@ -347,6 +371,7 @@ pub(crate) mod device {
             }
         }
         let (k_low, k_high) = (4 * p.a_channel(lane, 0), 4 * p.a_channel(lane, 2));
+        let residual = p.residual_offset();
 
         let mut acc = [[[0.0f32; 4]; NT]; MT];
         let (mut item, mut cc, mut stage) = (block_idx_x(), 0, 0);
@@ -355,13 +380,15 @@ pub(crate) mod device {
             // done with the stage the next one refills.
             cp_async_wait_all();
             let at_stage = smem + stage * stage_bytes;
-            if !SPLIT {
-                // TF32: each input rounded once here rather than once per filter tap.
-                p.own_slots(thread, |slot| {
-                    let v = ld_shared_f32(at_stage + 4 * slot);
-                    st_shared_f32(at_stage + 4 * slot, f32::from_bits(cvt_tf32(v)));
-                });
-            }
+            // Each input rounded to TF32 (and for 3xTF32 its residual stored beside) once here
+            // rather than at every filter tap.
+            p.own_slots(thread, |slot| {
+                let (big, small) = split::<SPLIT, false>(ld_shared_f32(at_stage + 4 * slot));
+                st_shared_f32(at_stage + 4 * slot, f32::from_bits(big));
+                if SPLIT {
+                    st_shared_f32(at_stage + 4 * (slot + residual), f32::from_bits(small));
+                }
+            });
             sync_threads();
             copy_cc += 1;
             if copy_cc == chunks {
@@ -385,18 +412,16 @@ pub(crate) mod device {
                     // addresses per tap instead of adding one tap offset.
                     let at_tap = at_stage + 4 * crate::opaque(p.tap_offset(r, s));
                     let (low, high) = (at_tap + k_low, at_tap + k_high);
+                    // The inputs were split once the chunk landed.
                     let mut a = [[0u32; 4]; MT];
                     let mut a_small = [[0u32; 4]; MT];
                     for i in 0..MT {
-                        let v = [
-                            ld_shared_f32(low + pixel[i][0]),
-                            ld_shared_f32(low + pixel[i][1]),
-                            ld_shared_f32(high + pixel[i][0]),
-                            ld_shared_f32(high + pixel[i][1]),
-                        ];
+                        let addresses = [low + pixel[i][0], low + pixel[i][1], high + pixel[i][0], high + pixel[i][1]];
                         for e in 0..4 {
-                            // TF32 inputs were rounded once the chunk landed.
-                            (a[i][e], a_small[i][e]) = split::<SPLIT, true>(v[e]);
+                            a[i][e] = ld_shared_f32(addresses[e]).to_bits();
+                            if SPLIT {
+                                a_small[i][e] = ld_shared_f32(addresses[e] + 4 * residual).to_bits();
+                            }
                         }
                     }
                     let mut b = [[0u32; 2]; NT];
