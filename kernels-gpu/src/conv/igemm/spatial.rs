@@ -17,10 +17,11 @@
 //!   in place and, for 3xTF32, stores its TF32 residual in a second region (before the barrier
 //!   that shows them to the other threads): the taps then load fragments ready for the mma.
 //! - **Stage**: `[8][halo_stride]` inputs (and as many residuals for 3xTF32), `halo_stride ≥
-//!   halo_plane` and `≡ 8 mod 32`, then the taps' panels (`[tap][BN][8]`, channels interleaved as [`IgemmTile::b_slot`] has them). The
-//!   A loads are 4-byte: lane (g, t) reads channel t (and t + 4) at its pixel's halo position,
-//!   pixels g = 0..7 of a fragment lying in one row of the tile (`cols` is 8 or 16): 8 adjacent
-//!   words per channel, channels 8 banks apart, conflict-free at stride 1 (2-way at stride 2).
+//!   halo_plane` and `≡ 8 mod 32`, then the taps' panels (`[tap][BN][8]`, channels interleaved
+//!   as [`IgemmTile::b_slot`] has them). The A loads are 4-byte: lane (g, t) reads channel t
+//!   (and t + 4) at its pixel's halo position, pixels g = 0..7 of a fragment lying in one row of
+//!   the tile (`cols` is 8 or 16): 8 adjacent words per channel, channels 8 banks apart,
+//!   conflict-free at stride 1 (2-way at stride 2).
 //! - **Pipeline**: [`STAGES`] = 2, one chunk computed while the next lands: a chunk holds every
 //!   tap, far more work than a flat chunk.
 //! - **Epilogue** straight from the accumulators: a store instruction writes 8 adjacent pixels
@@ -54,7 +55,7 @@ pub struct IgemmSpatialParams {
     pub halo_plane: u32,
     /// Floats per channel of the halo in a stage.
     pub halo_stride: u32,
-    /// Floats per stage: `BK * halo_stride + taps * BN * BK`.
+    /// Floats per stage: [`a_regions`] `* BK * halo_stride + taps * BN * BK`.
     pub stage_floats: u32,
     /// Work items: pixel tiles times packed z-indices (block groups times column tiles).
     pub work_items: u32,
@@ -123,7 +124,7 @@ pub const fn stage_floats(tile: &IgemmTile, halo_stride: u32, taps: u32) -> u32 
     a_regions(tile) * BK * halo_stride + taps * tile.bn() * BK
 }
 
-/// Dynamic shared memory of `tile`: its stages.
+/// Dynamic shared memory of a spatial tile whose stages hold `stage_floats` floats.
 pub const fn smem_bytes(stage_floats: u32) -> u32 {
     4 * STAGES * stage_floats
 }
