@@ -215,10 +215,10 @@ const SPATIAL_INPUT_COST: f64 = 4.0;
 const FULL_GRID_BLOCKS_PER_SM: u32 = 2;
 
 /// The variants of `precision` for `conv`, cheapest first by the cost model: elements copied
-/// (weights weighted by [`WEIGHT_COPY_COST`], a spatial tile's inputs by
-/// [`SPATIAL_INPUT_COST`]), a grid of fewer than [`FULL_GRID_BLOCKS_PER_SM`] blocks (work
-/// items of a spatial tile) per multiprocessor counting as proportionally slower (idle
-/// multiprocessors). None where [`tile_unsupported`].
+/// (weights weighted by `WEIGHT_COPY_COST`, a spatial tile's inputs by `SPATIAL_INPUT_COST`),
+/// a grid of fewer than `FULL_GRID_BLOCKS_PER_SM` blocks (work items of a spatial tile) per
+/// multiprocessor counting as proportionally slower (idle multiprocessors). None where
+/// [`tile_unsupported`].
 pub fn ranked(
     conv: &Conv2d,
     geom: &ConvGeometry,
