@@ -14,7 +14,9 @@ use convkit::{
     harness::reference::{cpu_reference, host_uniform},
 };
 use kernels_gpu::{
-    conv::igemm::{BLOCK_THREADS, Chunk, IGEMM_FWD_VARIANTS, IgemmTile, PixelTile, Precision, STORE_VECTORS, WARPS},
+    conv::igemm::{
+        BLOCK_THREADS, Chunk, IGEMM_FWD_VARIANTS, IgemmTile, PixelTile, Precision, STORE_VECTORS, WARPS, spatial,
+    },
     verify::Tolerance,
 };
 use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -477,6 +479,38 @@ fn oversized_or_invalid_layers_are_refused_without_a_panic() {
     assert!(igemm::layer_unsupported(&empty).is_some());
     let geom = huge.geometry();
     assert!(geom.is_err() || igemm::choose(&huge, &geom.unwrap(), Precision::Tf32, 132).is_err());
+}
+
+/// Spatial tiles refuse layers whose halo or per-chunk weights do not fit (with a reason, no
+/// panic); the flat tiles take every valid layer, and the model ranks only what can run.
+#[test]
+fn spatial_tiles_refuse_halos_and_filters_beyond_their_shared_memory() {
+    let spatial = |t: &&IgemmTile| t.pixels != PixelTile::Flat;
+    for spec in [
+        // Dilation 8: a 16x8 tile's halo spans 31 x 23 inputs, an 8x8 one 23 x 23 (529, fits).
+        "n=1,c=16,h=40,w=40,k=16,r=3,s=3,pad=8,dilation=8,groups=2",
+        // 7x7 filters: 49 taps of 64 columns are 100 KB of weights per stage.
+        "n=1,c=64,h=20,w=20,k=64,r=7,s=7,pad=3,groups=1",
+    ] {
+        let conv: Conv2d = spec.parse().unwrap();
+        let geom = conv.geometry().unwrap();
+        let refused: Vec<_> =
+            IGEMM_FWD_VARIANTS.iter().filter(|t| igemm::tile_unsupported(&conv, &geom, t).is_some()).collect();
+        assert!(!refused.is_empty() && refused.iter().all(spatial), "{spec}: {refused:?}");
+        for tile in &refused {
+            let shape = igemm::shape(&conv, &geom, tile);
+            let s = shape.spatial.unwrap();
+            assert!(
+                s.halo_h * s.halo_w > spatial::MAX_HALO_PLANE || shape.smem_bytes() > igemm::MAX_SPATIAL_SMEM,
+                "{spec}: {}",
+                tile.name
+            );
+        }
+        assert!(igemm::supporting_variants(&conv, &geom).any(|t| spatial(&t)), "{spec}: some spatial tile fits");
+        for precision in [Precision::Tf32, Precision::Tf32x3] {
+            assert!(igemm::ranked(&conv, &geom, precision, 132).all(|s| !refused.contains(&&s.tile)));
+        }
+    }
 }
 
 #[test]

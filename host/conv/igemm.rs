@@ -80,7 +80,7 @@ pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
 
 /// Dynamic shared memory a spatial tile may take: half the H200's 227 KB per block, so that
 /// two blocks share a multiprocessor.
-const MAX_SPATIAL_SMEM: u32 = 113 * 1024;
+pub const MAX_SPATIAL_SMEM: u32 = 113 * 1024;
 
 /// Why `tile` cannot compute `conv` (valid), if it cannot.
 pub fn tile_unsupported(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> Option<&'static str> {
