@@ -12,7 +12,10 @@ use convkit::{
         },
         depthwise, direct, fft, fft_gemm, igemm,
     },
-    harness::{bench::compare_baseline, suites},
+    harness::{
+        bench::{compare_baseline, load_baseline},
+        suites,
+    },
     plan::{
         Origin,
         cache::{self, CacheDocument, CacheEntry, CacheFile, DeviceKey},
@@ -292,6 +295,28 @@ fn the_regression_guard_fails_only_beyond_its_threshold() {
     let verdict = |l: &str| v.iter().find(|v| v.label == l).unwrap().verdict();
     assert_eq!([verdict("a"), verdict("b"), verdict("new"), verdict("gone")], ["ok", "SLOWER", "new", "not run"]);
     assert_eq!(v.iter().filter(|v| v.regressed).count(), 1);
+}
+
+/// Each committed H200 baseline (`benches/baselines/h200-{suite}.json`) loads and times ours
+/// on every layer of its suite, so `bench --suite S --baseline` checks the whole suite.
+#[test]
+fn committed_baselines_cover_their_suites() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/baselines");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let suite = path.file_stem().unwrap().to_str().unwrap().strip_prefix("h200-").unwrap().to_owned();
+        let base = load_baseline(&path).unwrap();
+        let layers = suites::load_suite(&suite).unwrap();
+        assert_eq!(base.len(), layers.len(), "{suite}");
+        for conv in &layers {
+            let label = conv.label();
+            let ms = base.iter().find(|(l, _)| *l == label).map(|(_, ms)| *ms);
+            assert!(ms.is_some_and(|ms| ms.is_finite() && ms > 0.0), "{suite}: {label} has no time");
+        }
+        seen += 1;
+    }
+    assert!(seen >= 2, "the large-kernel and grouped baselines");
 }
 
 #[test]
