@@ -84,20 +84,13 @@ pub const MAX_SPATIAL_SMEM: u32 = 113 * 1024;
 
 /// Why `tile` cannot compute `conv` (valid), if it cannot.
 pub fn tile_unsupported(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> Option<&'static str> {
-    if let Some(reason) = layer_unsupported(conv) {
-        return Some(reason);
-    }
-    let shape = shape(conv, geom, tile);
-    let spatial = shape.spatial?;
-    if spatial.halo_h.saturating_mul(spatial.halo_w) > MAX_HALO_PLANE {
-        Some("a tile whose inputs span more than 640 positions (stride or dilation too large)")
-    } else if spatial::smem_bytes(spatial.stage_floats) > MAX_SPATIAL_SMEM {
-        Some("the filter taps' weights of a chunk do not fit shared memory twice")
-    } else if shape.grid[0] * shape.grid[1] > u32::MAX as u64 {
-        Some("more than 2^32 - 1 work items (pixel tiles times block groups)")
-    } else {
-        None
-    }
+    layer_unsupported(conv).or_else(|| shape(conv, geom, tile).unsupported())
+}
+
+/// The shapes of the variants that compute `conv` (valid).
+fn supported_shapes<'a>(conv: &'a Conv2d, geom: &'a ConvGeometry) -> impl Iterator<Item = IgemmShape> + 'a {
+    let layer = layer_unsupported(conv).is_none();
+    IGEMM_FWD_VARIANTS.iter().filter(move |_| layer).map(|t| shape(conv, geom, t)).filter(|s| s.unsupported().is_none())
 }
 
 /// The variants that compute `conv` (valid).
@@ -155,6 +148,21 @@ impl IgemmShape {
         }
     }
 
+    /// Why a spatial tile cannot run this shape (a layer `layer_unsupported` passes), if it
+    /// cannot; flat tiles run every such layer.
+    pub fn unsupported(&self) -> Option<&'static str> {
+        let spatial = self.spatial?;
+        if spatial.halo_h.saturating_mul(spatial.halo_w) > MAX_HALO_PLANE {
+            Some("a tile whose inputs span more than 640 positions (stride or dilation too large)")
+        } else if spatial::smem_bytes(spatial.stage_floats) > MAX_SPATIAL_SMEM {
+            Some("the filter taps' weights of a chunk do not fit shared memory twice")
+        } else if self.grid[0] * self.grid[1] > u32::MAX as u64 {
+            Some("more than 2^32 - 1 work items (pixel tiles times block groups)")
+        } else {
+            None
+        }
+    }
+
     /// Dynamic shared memory per block.
     pub fn smem_bytes(&self) -> u32 {
         match self.spatial {
@@ -167,7 +175,9 @@ impl IgemmShape {
 /// How `tile` covers `conv` (`conv` valid; whether it can: [`tile_unsupported`]).
 pub fn shape(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> IgemmShape {
     let (groups, kpg, cpg) = (conv.groups as u32, geom.k_per_group as u32, geom.c_per_group as u32);
-    let groups_per_block = (1..=groups).rev().find(|&d| groups.is_multiple_of(d) && d * kpg <= tile.bn()).unwrap_or(1);
+    // The most groups whose outputs fit the columns (at least 1) that divide the groups.
+    let fit = (tile.bn() / kpg).clamp(1, groups);
+    let groups_per_block = (1..=fit).rev().find(|&d| groups.is_multiple_of(d)).unwrap_or(1);
     let column_tiles = (groups_per_block * kpg).div_ceil(tile.bn());
     let channel_chunks = (groups_per_block * cpg).div_ceil(tile.bk());
     let z = (groups / groups_per_block) as u64 * column_tiles as u64;
@@ -232,8 +242,7 @@ pub fn ranked(
         let input_cost = if s.spatial.is_some() { SPATIAL_INPUT_COST } else { 1.0 };
         (input_cost * inputs + WEIGHT_COPY_COST * weights) / fill
     };
-    let mut shapes: Vec<IgemmShape> =
-        supporting_variants(conv, geom).filter(|t| t.precision == precision).map(|t| shape(conv, geom, t)).collect();
+    let mut shapes: Vec<IgemmShape> = supported_shapes(conv, geom).filter(|s| s.tile.precision == precision).collect();
     shapes.sort_by(|a, b| cost(a).total_cmp(&cost(b)));
     shapes.into_iter()
 }
@@ -329,6 +338,9 @@ pub struct IgemmPlan {
     geom: ConvGeometry,
     shape: IgemmShape,
     packed: CudaSlice<f32>,
+    /// A spatial tile's persistent grid: as many blocks as the GPU holds at once, at most one
+    /// per work item (asked of the driver once, here, not at every launch).
+    persistent_blocks: u32,
 }
 
 impl IgemmPlan {
@@ -347,10 +359,10 @@ impl IgemmPlan {
                 reason: "not a kernel of this build (see igemm::variants)",
             });
         }
-        if let Some(reason) = tile_unsupported(conv, &geom, tile) {
+        let shape = shape(conv, &geom, tile);
+        if let Some(reason) = layer_unsupported(conv).or_else(|| shape.unsupported()) {
             return Err(Error::UnsupportedTile { tile: tile.name, reason });
         }
-        let shape = shape(conv, &geom, tile);
         let len = shape.packed_len((conv.r * conv.s) as u64);
         if len > u32::MAX as u64 {
             return Err(Error::UnsupportedTile {
@@ -358,8 +370,16 @@ impl IgemmPlan {
                 reason: "packed filters of more than 2^32 elements",
             });
         }
+        let persistent_blocks = match tile.pixels {
+            PixelTile::Flat => 0,
+            PixelTile::Spatial { .. } => {
+                let resident = gpu.resident_blocks(tile.name, BLOCK_THREADS, shape.smem_bytes())?.max(1);
+                // Below 2^32 work items: `unsupported` checked.
+                (gpu.sm_count() * resident).min((shape.grid[0] * shape.grid[1]) as u32)
+            }
+        };
         let packed = gpu.alloc::<f32>(len as usize)?;
-        let mut plan = IgemmPlan { conv: conv.clone(), geom, shape, packed };
+        let mut plan = IgemmPlan { conv: conv.clone(), geom, shape, packed, persistent_blocks };
         plan.set_weights(gpu, stream, w)?;
         Ok(plan)
     }
@@ -432,15 +452,11 @@ impl IgemmPlan {
                 PixelTile::Spatial { .. } => {
                     let mut p = spatial_params(&self.conv, &self.geom, &self.shape);
                     (p.conv.x, p.conv.w, p.conv.y) = (x_ptr, w_ptr, y_ptr);
-                    // Persistent blocks: as many as the GPU holds at once, each walking the
-                    // work items a grid apart.
-                    let smem_bytes = self.shape.smem_bytes();
-                    let resident = gpu.resident_blocks(tile.name, BLOCK_THREADS, smem_bytes)?.max(1);
-                    let blocks = (gpu.sm_count() * resident).min(p.work_items);
+                    // Persistent blocks, each walking the work items a grid apart.
                     let cfg = LaunchConfig {
-                        grid_dim: (blocks, 1, 1),
+                        grid_dim: (self.persistent_blocks, 1, 1),
                         block_dim: (BLOCK_THREADS, 1, 1),
-                        shared_mem_bytes: smem_bytes,
+                        shared_mem_bytes: self.shape.smem_bytes(),
                     };
                     unsafe { gpu.launch(stream, tile.name, cfg, p) }?;
                 }
