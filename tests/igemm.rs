@@ -176,102 +176,97 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile) {
     // item changes nothing but the order).
     for item in 0..sp.work_items {
         let (block, pixel_tile) = sp.work_item(item);
-        {
-            let origin = sp.origin(tile, pixel_tile);
-            let sources: Vec<_> = (0..BLOCK_THREADS).map(|t| sp.tile_source(tile, item, t)).collect();
-            let mut acc = vec![[[0.0f64; 4]; 32]; (WARPS * mt * nt) as usize];
-            for cc in 0..p.channel_chunks {
-                let mut smem = SharedMemory::<f32>::new(sp.stage_floats as usize);
-                for thread in 0..BLOCK_THREADS {
-                    let (mut stores, mut weights) = (Vec::new(), Vec::new());
-                    sp.copy_chunk(
-                        tile,
-                        &sources[thread as usize],
-                        thread,
-                        cc,
-                        |slot, offset, inside| {
-                            assert!(inside || offset == 0, "a zero copy reads element {offset}, not 0");
-                            stores.push((slot, if inside { x[offset as usize] } else { 0.0 }));
-                        },
-                        |slot, offset| {
-                            assert!(
-                                slot.is_multiple_of(4) && offset.is_multiple_of(4),
-                                "16-byte copy {offset} -> {slot}"
-                            );
-                            weights.extend((0..4).map(|i| (slot + i, packed[(offset + i as u64) as usize])));
-                        },
-                    );
-                    // The slots a thread rounds after its copies land are exactly its copies'.
-                    let mut owned = Vec::new();
-                    sp.own_slots(thread, |slot| owned.push(slot));
-                    let mut copied: Vec<u32> = stores.iter().map(|&(slot, _)| slot).collect();
-                    copied.sort_unstable();
-                    owned.sort_unstable();
-                    assert_eq!(owned, copied, "thread {thread} would round slots it did not copy");
-                    smem.item = thread;
-                    for (slot, v) in stores.into_iter().chain(weights) {
-                        smem.store(slot, v);
-                    }
-                    // 3xTF32: the split the thread makes once its copies land (TF32 is left
-                    // exact here, within the f32 bound: its rounding has a bound of its own).
-                    if tile.precision == Precision::Tf32x3 {
-                        for slot in owned {
-                            let v = smem.load(slot);
-                            let big = tf32(v);
-                            smem.store(slot, big);
-                            smem.store(slot + sp.residual_offset(), tf32(v - big));
-                        }
-                    }
+        let origin = sp.origin(tile, pixel_tile);
+        let sources: Vec<_> = (0..BLOCK_THREADS).map(|t| sp.tile_source(tile, item, t)).collect();
+        let mut acc = vec![[[0.0f64; 4]; 32]; (WARPS * mt * nt) as usize];
+        for cc in 0..p.channel_chunks {
+            let mut smem = SharedMemory::<f32>::new(sp.stage_floats as usize);
+            for thread in 0..BLOCK_THREADS {
+                let (mut stores, mut weights) = (Vec::new(), Vec::new());
+                sp.copy_chunk(
+                    tile,
+                    &sources[thread as usize],
+                    thread,
+                    cc,
+                    |slot, offset, inside| {
+                        assert!(inside || offset == 0, "a zero copy reads element {offset}, not 0");
+                        stores.push((slot, if inside { x[offset as usize] } else { 0.0 }));
+                    },
+                    |slot, offset| {
+                        assert!(slot.is_multiple_of(4) && offset.is_multiple_of(4), "16-byte copy {offset} -> {slot}");
+                        weights.extend((0..4).map(|i| (slot + i, packed[(offset + i as u64) as usize])));
+                    },
+                );
+                // The slots a thread rounds after its copies land are exactly its copies'.
+                let mut owned = Vec::new();
+                sp.own_slots(thread, |slot| owned.push(slot));
+                let mut copied: Vec<u32> = stores.iter().map(|&(slot, _)| slot).collect();
+                copied.sort_unstable();
+                owned.sort_unstable();
+                assert_eq!(owned, copied, "thread {thread} would round slots it did not copy");
+                smem.item = thread;
+                for (slot, v) in stores.into_iter().chain(weights) {
+                    smem.store(slot, v);
                 }
-                smem.barrier();
-                let mut tap = 0;
-                for r in 0..p.window.filter_r {
-                    for s in 0..p.window.filter_s {
-                        let offset = sp.tap_offset(r, s);
-                        for warp in 0..WARPS {
-                            for i in 0..mt {
-                                for j in 0..nt {
-                                    let (mut a, mut b) = ([[0.0f32; 4]; 32], [[0.0f32; 2]; 32]);
-                                    for lane in 0..32 {
-                                        smem.item = warp * 32 + lane;
-                                        for e in 0..4 {
-                                            let slot = sp.a_slot(tile, lane, warp, i, e, offset);
-                                            a[lane as usize][e as usize] = if tile.precision == Precision::Tf32x3 {
-                                                smem.load(slot) + smem.load(slot + sp.residual_offset())
-                                            } else {
-                                                smem.load(slot)
-                                            };
-                                        }
-                                        let pair = sp.b_pair(tile, lane, j, tap);
-                                        assert!(pair.is_multiple_of(2), "8-byte load at slot {pair}");
-                                        b[lane as usize] = [smem.load(pair), smem.load(pair + 1)];
-                                    }
-                                    mma(&a, &b, &mut acc[((warp * mt + i) * nt + j) as usize]);
-                                }
-                            }
-                        }
-                        tap += 1;
+                // 3xTF32: the split the thread makes once its copies land (TF32 is left
+                // exact here, within the f32 bound: its rounding has a bound of its own).
+                if tile.precision == Precision::Tf32x3 {
+                    for slot in owned {
+                        let v = smem.load(slot);
+                        let big = tf32(v);
+                        smem.store(slot, big);
+                        smem.store(slot + sp.residual_offset(), tf32(v - big));
                     }
                 }
             }
-
-            // The epilogue: each accumulator straight to its output.
-            for warp in 0..WARPS {
-                for lane in 0..32 {
-                    for i in 0..mt {
-                        for j in 0..nt {
-                            for e in 0..4 {
-                                let (m, n) = tile.acc_position(lane, warp, i, j, e);
-                                let (Some(plane), Some(at)) =
-                                    (sp.output_plane(tile, block, origin.image, n), sp.output_pixel(tile, &origin, m))
-                                else {
-                                    continue;
-                                };
-                                let offset = plane + at as u64;
-                                mark_written(&mut written, offset);
-                                y[offset as usize] =
-                                    acc[((warp * mt + i) * nt + j) as usize][lane as usize][e as usize] as f32;
+            smem.barrier();
+            let mut tap = 0;
+            for r in 0..p.window.filter_r {
+                for s in 0..p.window.filter_s {
+                    let offset = sp.tap_offset(r, s);
+                    for warp in 0..WARPS {
+                        for i in 0..mt {
+                            for j in 0..nt {
+                                let (mut a, mut b) = ([[0.0f32; 4]; 32], [[0.0f32; 2]; 32]);
+                                for lane in 0..32 {
+                                    smem.item = warp * 32 + lane;
+                                    for e in 0..4 {
+                                        let slot = sp.a_slot(tile, lane, warp, i, e, offset);
+                                        a[lane as usize][e as usize] = if tile.precision == Precision::Tf32x3 {
+                                            smem.load(slot) + smem.load(slot + sp.residual_offset())
+                                        } else {
+                                            smem.load(slot)
+                                        };
+                                    }
+                                    let pair = sp.b_pair(tile, lane, j, tap);
+                                    assert!(pair.is_multiple_of(2), "8-byte load at slot {pair}");
+                                    b[lane as usize] = [smem.load(pair), smem.load(pair + 1)];
+                                }
+                                mma(&a, &b, &mut acc[((warp * mt + i) * nt + j) as usize]);
                             }
+                        }
+                    }
+                    tap += 1;
+                }
+            }
+        }
+
+        // The epilogue: each accumulator straight to its output.
+        for warp in 0..WARPS {
+            for lane in 0..32 {
+                for i in 0..mt {
+                    for j in 0..nt {
+                        for e in 0..4 {
+                            let (m, n) = tile.acc_position(lane, warp, i, j, e);
+                            let (Some(plane), Some(at)) =
+                                (sp.output_plane(tile, block, origin.image, n), sp.output_pixel(tile, &origin, m))
+                            else {
+                                continue;
+                            };
+                            let offset = plane + at as u64;
+                            mark_written(&mut written, offset);
+                            y[offset as usize] =
+                                acc[((warp * mt + i) * nt + j) as usize][lane as usize][e as usize] as f32;
                         }
                     }
                 }
@@ -344,16 +339,18 @@ fn groups_per_block_fill_the_columns() {
     assert_eq!((fit.groups_per_block, fit.column_tiles, fit.channel_chunks, fit.grid[1]), (1, 1, 3, 37));
 }
 
+/// Whether `words` (4-byte shared-memory slots one instruction touches) lie in different banks.
+fn distinct_banks(words: Vec<u32>) -> bool {
+    let mut banks: Vec<u32> = words.iter().map(|w| w % 32).collect();
+    banks.sort_unstable();
+    banks.dedup();
+    banks.len() == words.len()
+}
+
 /// The banks (4-byte words mod 32) that the lanes of each 8-byte load phase (16 lanes) or
 /// 4-byte store (32 lanes) touch are all different: no bank conflicts.
 #[test]
 fn fragment_loads_and_staging_stores_are_free_of_bank_conflicts() {
-    let distinct = |words: Vec<u32>| {
-        let mut banks: Vec<u32> = words.iter().map(|w| w % 32).collect();
-        banks.sort_unstable();
-        banks.dedup();
-        banks.len() == words.len()
-    };
     for tile in IGEMM_FWD_VARIANTS {
         for warp in 0..WARPS {
             for ks in (0..tile.k_steps).filter(|_| tile.pixels == PixelTile::Flat) {
@@ -364,7 +361,7 @@ fn fragment_loads_and_staging_stores_are_free_of_bank_conflicts() {
                                 let s = tile.a_pair(l, warp, i, ks, upper);
                                 [s, s + 1]
                             });
-                            assert!(distinct(words.collect()), "{}: A loads conflict", tile.name);
+                            assert!(distinct_banks(words.collect()), "{}: A loads conflict", tile.name);
                         }
                     }
                     for j in 0..tile.n_tiles {
@@ -372,7 +369,7 @@ fn fragment_loads_and_staging_stores_are_free_of_bank_conflicts() {
                             let s = tile.b_pair(l, j, ks);
                             [s, s + 1]
                         });
-                        assert!(distinct(words.collect()), "{}: B loads conflict", tile.name);
+                        assert!(distinct_banks(words.collect()), "{}: B loads conflict", tile.name);
                     }
                 }
             }
@@ -383,7 +380,7 @@ fn fragment_loads_and_staging_stores_are_free_of_bank_conflicts() {
                             let (m, n) = tile.acc_position(l, warp, i, j, e);
                             tile.out_slot(m, n)
                         });
-                        assert!(distinct(words.collect()), "{}: staging stores conflict", tile.name);
+                        assert!(distinct_banks(words.collect()), "{}: staging stores conflict", tile.name);
                     }
                 }
             }
@@ -395,12 +392,6 @@ fn fragment_loads_and_staging_stores_are_free_of_bank_conflicts() {
 /// 32 different banks at stride 1, whatever the halo's width, at every tap.
 #[test]
 fn spatial_fragment_loads_are_free_of_bank_conflicts_at_stride_one() {
-    let distinct = |words: Vec<u32>| {
-        let mut banks: Vec<u32> = words.iter().map(|w| w % 32).collect();
-        banks.sort_unstable();
-        banks.dedup();
-        banks.len() == words.len()
-    };
     for spec in ["n=1,c=16,h=56,w=56,k=16,r=3,s=3,pad=1,groups=2", "n=1,c=16,h=13,w=9,k=16,r=5,s=5,pad=2,groups=2"] {
         let conv: Conv2d = spec.parse().unwrap();
         let geom = conv.geometry().unwrap();
@@ -413,7 +404,7 @@ fn spatial_fragment_loads_are_free_of_bank_conflicts_at_stride_one() {
                     for i in 0..tile.m_tiles {
                         for e in 0..4 {
                             let words = (0..32).map(|l| sp.a_slot(tile, l, warp, i, e, offset));
-                            assert!(distinct(words.collect()), "{spec} on {}: A loads conflict", tile.name);
+                            assert!(distinct_banks(words.collect()), "{spec} on {}: A loads conflict", tile.name);
                         }
                     }
                 }
@@ -423,7 +414,7 @@ fn spatial_fragment_loads_are_free_of_bank_conflicts_at_stride_one() {
                             let slot = sp.b_pair(tile, l, j, r * 3 + s);
                             [slot, slot + 1]
                         });
-                        assert!(distinct(words.collect()), "{spec} on {}: B loads conflict", tile.name);
+                        assert!(distinct_banks(words.collect()), "{spec} on {}: B loads conflict", tile.name);
                     }
                 }
             }
