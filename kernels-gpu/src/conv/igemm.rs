@@ -466,26 +466,20 @@ impl IgemmTile {
 
 macro_rules! igemm_fwd_variants {
     (
-        flat: $(($name:ident, $precision:ident, $mt:literal, $nt:literal, $ks:literal)),* $(,)?;
-        spatial: $(($sname:ident, $sprecision:ident, $smt:literal, $snt:literal, $cols:literal)),* $(,)?
+        flat: $(($tf:ident, $x3:ident, $mt:literal, $nt:literal, $ks:literal)),* $(,)?;
+        spatial: $(($stf:ident, $sx3:ident, $smt:literal, $snt:literal, $cols:literal)),* $(,)?
     ) => {
-        /// Every variant in the PTX, by entry-point name.
+        /// Every variant in the PTX, by entry-point name: each tile in TF32, then in 3xTF32.
         pub const IGEMM_FWD_VARIANTS: &[IgemmTile] = &[
+            $(IgemmTile { name: stringify!($tf), ..IgemmTile::of_kernel(false, PixelTile::Flat, $mt, $nt, $ks) },)*
+            $(IgemmTile { name: stringify!($x3), ..IgemmTile::of_kernel(true, PixelTile::Flat, $mt, $nt, $ks) },)*
             $(IgemmTile {
-                name: stringify!($name),
-                precision: Precision::$precision,
-                pixels: PixelTile::Flat,
-                m_tiles: $mt,
-                n_tiles: $nt,
-                k_steps: $ks,
+                name: stringify!($stf),
+                ..IgemmTile::of_kernel(false, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1)
             },)*
             $(IgemmTile {
-                name: stringify!($sname),
-                precision: Precision::$sprecision,
-                pixels: PixelTile::Spatial { cols: $cols },
-                m_tiles: $smt,
-                n_tiles: $snt,
-                k_steps: 1,
+                name: stringify!($sx3),
+                ..IgemmTile::of_kernel(true, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1)
             },)*
         ];
 
@@ -493,65 +487,54 @@ macro_rules! igemm_fwd_variants {
         mod entry {
             $(
                 #[unsafe(no_mangle)]
-                pub unsafe extern "ptx-kernel" fn $name(p: super::IgemmFwdParams) {
-                    super::device::convolve::<$mt, $nt, $ks, { matches!(super::Precision::$precision, super::Precision::Tf32x3) }>(&p)
+                pub unsafe extern "ptx-kernel" fn $tf(p: super::IgemmFwdParams) {
+                    super::device::convolve::<$mt, $nt, $ks, false>(&p)
+                }
+                #[unsafe(no_mangle)]
+                pub unsafe extern "ptx-kernel" fn $x3(p: super::IgemmFwdParams) {
+                    super::device::convolve::<$mt, $nt, $ks, true>(&p)
                 }
             )*
             $(
                 #[unsafe(no_mangle)]
-                pub unsafe extern "ptx-kernel" fn $sname(p: super::spatial::IgemmSpatialParams) {
-                    super::spatial::device::convolve::<$smt, $snt, $cols, { matches!(super::Precision::$sprecision, super::Precision::Tf32x3) }>(&p)
+                pub unsafe extern "ptx-kernel" fn $stf(p: super::spatial::IgemmSpatialParams) {
+                    super::spatial::device::convolve::<$smt, $snt, $cols, false>(&p)
+                }
+                #[unsafe(no_mangle)]
+                pub unsafe extern "ptx-kernel" fn $sx3(p: super::spatial::IgemmSpatialParams) {
+                    super::spatial::device::convolve::<$smt, $snt, $cols, true>(&p)
                 }
             )*
         }
     };
 }
 
+// Each tile once, named in both precisions (TF32, 3xTF32).
 igemm_fwd_variants!(
     flat:
-    (igemm_tf32_m128_n8_k8, Tf32, 2, 1, 1),
-    (igemm_tf32_m128_n16_k8, Tf32, 2, 2, 1),
-    (igemm_tf32_m128_n24_k8, Tf32, 2, 3, 1),
-    (igemm_tf32_m128_n32_k16, Tf32, 2, 4, 2),
-    (igemm_tf32_m128_n56_k8, Tf32, 2, 7, 1),
-    (igemm_tf32_m128_n64_k16, Tf32, 2, 8, 2),
-    (igemm_tf32_m64_n32_k16, Tf32, 1, 4, 2),
-    (igemm_tf32_m64_n64_k16, Tf32, 1, 8, 2),
-    (igemm_3xtf32_m128_n8_k8, Tf32x3, 2, 1, 1),
-    (igemm_3xtf32_m128_n16_k8, Tf32x3, 2, 2, 1),
-    (igemm_3xtf32_m128_n24_k8, Tf32x3, 2, 3, 1),
-    (igemm_3xtf32_m128_n32_k16, Tf32x3, 2, 4, 2),
-    (igemm_3xtf32_m128_n56_k8, Tf32x3, 2, 7, 1),
-    (igemm_3xtf32_m128_n64_k16, Tf32x3, 2, 8, 2),
-    (igemm_3xtf32_m64_n32_k16, Tf32x3, 1, 4, 2),
-    (igemm_3xtf32_m64_n64_k16, Tf32x3, 1, 8, 2);
+    (igemm_tf32_m128_n8_k8, igemm_3xtf32_m128_n8_k8, 2, 1, 1),
+    (igemm_tf32_m128_n16_k8, igemm_3xtf32_m128_n16_k8, 2, 2, 1),
+    (igemm_tf32_m128_n24_k8, igemm_3xtf32_m128_n24_k8, 2, 3, 1),
+    (igemm_tf32_m128_n32_k16, igemm_3xtf32_m128_n32_k16, 2, 4, 2),
+    (igemm_tf32_m128_n56_k8, igemm_3xtf32_m128_n56_k8, 2, 7, 1),
+    (igemm_tf32_m128_n64_k16, igemm_3xtf32_m128_n64_k16, 2, 8, 2),
+    (igemm_tf32_m64_n32_k16, igemm_3xtf32_m64_n32_k16, 1, 4, 2),
+    (igemm_tf32_m64_n64_k16, igemm_3xtf32_m64_n64_k16, 1, 8, 2);
     // Spatial: rows x columns of pixels (16 x 8 fits 56- and 28-wide maps; 8 x 16 wider rows;
     // 8 x 8 the 14-wide ones), BK = 8.
     spatial:
-    (igemm_tf32_s16x8_n8, Tf32, 2, 1, 8),
-    (igemm_tf32_s16x8_n16, Tf32, 2, 2, 8),
-    (igemm_tf32_s16x8_n24, Tf32, 2, 3, 8),
-    (igemm_tf32_s16x8_n32, Tf32, 2, 4, 8),
-    (igemm_tf32_s16x8_n56, Tf32, 2, 7, 8),
-    (igemm_tf32_s16x8_n64, Tf32, 2, 8, 8),
-    (igemm_tf32_s8x16_n16, Tf32, 2, 2, 16),
-    (igemm_tf32_s8x16_n32, Tf32, 2, 4, 16),
-    (igemm_tf32_s8x16_n64, Tf32, 2, 8, 16),
-    (igemm_tf32_s8x8_n16, Tf32, 1, 2, 8),
-    (igemm_tf32_s8x8_n32, Tf32, 1, 4, 8),
-    (igemm_tf32_s8x8_n64, Tf32, 1, 8, 8),
-    (igemm_3xtf32_s16x8_n8, Tf32x3, 2, 1, 8),
-    (igemm_3xtf32_s16x8_n16, Tf32x3, 2, 2, 8),
-    (igemm_3xtf32_s16x8_n24, Tf32x3, 2, 3, 8),
-    (igemm_3xtf32_s16x8_n32, Tf32x3, 2, 4, 8),
-    (igemm_3xtf32_s16x8_n56, Tf32x3, 2, 7, 8),
-    (igemm_3xtf32_s16x8_n64, Tf32x3, 2, 8, 8),
-    (igemm_3xtf32_s8x16_n16, Tf32x3, 2, 2, 16),
-    (igemm_3xtf32_s8x16_n32, Tf32x3, 2, 4, 16),
-    (igemm_3xtf32_s8x16_n64, Tf32x3, 2, 8, 16),
-    (igemm_3xtf32_s8x8_n16, Tf32x3, 1, 2, 8),
-    (igemm_3xtf32_s8x8_n32, Tf32x3, 1, 4, 8),
-    (igemm_3xtf32_s8x8_n64, Tf32x3, 1, 8, 8),
+    (igemm_tf32_s16x8_n8, igemm_3xtf32_s16x8_n8, 2, 1, 8),
+    (igemm_tf32_s16x8_n16, igemm_3xtf32_s16x8_n16, 2, 2, 8),
+    (igemm_tf32_s16x8_n24, igemm_3xtf32_s16x8_n24, 2, 3, 8),
+    (igemm_tf32_s16x8_n32, igemm_3xtf32_s16x8_n32, 2, 4, 8),
+    (igemm_tf32_s16x8_n56, igemm_3xtf32_s16x8_n56, 2, 7, 8),
+    (igemm_tf32_s16x8_n64, igemm_3xtf32_s16x8_n64, 2, 8, 8),
+    (igemm_tf32_s8x16_n16, igemm_3xtf32_s8x16_n16, 2, 2, 16),
+    (igemm_tf32_s8x16_n32, igemm_3xtf32_s8x16_n32, 2, 4, 16),
+    (igemm_tf32_s8x16_n64, igemm_3xtf32_s8x16_n64, 2, 8, 16),
+    (igemm_tf32_s8x8_n16, igemm_3xtf32_s8x8_n16, 1, 2, 8),
+    (igemm_tf32_s8x8_n32, igemm_3xtf32_s8x8_n32, 1, 4, 8),
+    (igemm_tf32_s8x8_n64, igemm_3xtf32_s8x8_n64, 1, 8, 8),
 );
 
 /// [`PACK_KERNEL`].
