@@ -574,6 +574,21 @@ pub(crate) mod device {
         if SPLIT { (big, cvt_tf32(v - f32::from_bits(big))) } else { (big, 0) }
     }
 
+    /// A stage's input copy for both tilings' `copy_chunk`: 4 bytes from element `offset` of `x`
+    /// to `slot` of the stage at `base`, a zero where not `inside`.
+    #[inline(always)]
+    pub(super) fn copy_input(base: u32, x: u64) -> impl FnMut(u32, u64, bool) {
+        #[inline(always)]
+        move |slot, offset, inside| cp_async_f32(base + 4 * slot, x + 4 * offset, if inside { 4 } else { 0 })
+    }
+
+    /// A stage's 16-byte copy of packed weights for both tilings' `copy_chunk`.
+    #[inline(always)]
+    pub(super) fn copy_weights(base: u32, w: u64) -> impl FnMut(u32, u64) {
+        #[inline(always)]
+        move |slot, offset| cp_async_f32x4(base + 4 * slot, w + 4 * offset, 16)
+    }
+
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
@@ -591,16 +606,7 @@ pub(crate) mod device {
         let copy = #[inline(always)]
         |stage: u32, chunk: Chunk| {
             let base = smem + stage * stage_bytes;
-            t.copy_chunk(
-                p,
-                &src,
-                thread,
-                chunk,
-                #[inline(always)]
-                |slot, offset, inside| cp_async_f32(base + 4 * slot, x + 4 * offset, if inside { 4 } else { 0 }),
-                #[inline(always)]
-                |slot, offset| cp_async_f32x4(base + 4 * slot, w + 4 * offset, 16),
-            );
+            t.copy_chunk(p, &src, thread, chunk, copy_input(base, x), copy_weights(base, w));
         };
 
         // Stages 0 .. STAGES - 1 in flight; one commit per stage, empty or not, keeps the

@@ -323,7 +323,10 @@ impl IgemmSpatialParams {
 
 #[cfg(target_arch = "nvptx64")]
 pub(crate) mod device {
-    use super::super::{IgemmTile, PixelTile, device::split};
+    use super::super::{
+        IgemmTile, PixelTile,
+        device::{copy_input, copy_weights, split},
+    };
     use super::{IgemmSpatialParams, TileSource};
     use crate::prelude::*;
 
@@ -342,16 +345,7 @@ pub(crate) mod device {
         let copy = #[inline(always)]
         |stage: u32, src: &TileSource, cc: u32| {
             let base = smem + stage * stage_bytes;
-            p.copy_chunk(
-                &t,
-                src,
-                thread,
-                cc,
-                #[inline(always)]
-                |slot, offset, inside| cp_async_f32(base + 4 * slot, x + 4 * offset, if inside { 4 } else { 0 }),
-                #[inline(always)]
-                |slot, offset| cp_async_f32x4(base + 4 * slot, w + 4 * offset, 16),
-            );
+            p.copy_chunk(&t, src, thread, cc, copy_input(base, x), copy_weights(base, w));
         };
 
         // The copy cursor runs one (work item, chunk) ahead of the computation.
