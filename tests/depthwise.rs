@@ -9,8 +9,10 @@ mod common;
 
 use common::{SharedMemory, assert_within_bound, mark_written};
 use convkit::{
-    Conv2d, Error, depthwise,
-    harness::reference::{cpu_reference, host_uniform},
+    Conv2d, Error,
+    conv::epilogue::{Activation, Epilogue},
+    depthwise,
+    harness::reference::{cpu_reference, host_uniform, with_epilogue},
 };
 use kernels_gpu::{
     conv::depthwise::{DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseTile, TileBlock, program},
@@ -26,6 +28,8 @@ struct CpuTileBlock<'a> {
     w: &'a [f32],
     y: &'a mut [f32],
     written: &'a mut [bool],
+    bias: &'a [f32],
+    residual: &'a [f32],
 }
 
 impl CpuTileBlock<'_> {
@@ -78,6 +82,19 @@ impl TileBlock for CpuTileBlock<'_> {
         }
     }
 
+    fn bias(&mut self, k: u32) -> f32 {
+        self.bias[k as usize]
+    }
+
+    fn residual4(&mut self, load: bool, offset: u64) -> [f32; 4] {
+        assert!(offset.is_multiple_of(4), "16-byte residual load at element {offset}");
+        [0, 1, 2, 3].map(|i| if load { self.residual[offset as usize + i] } else { 0.0 })
+    }
+
+    fn residual(&mut self, load: bool, offset: u64) -> f32 {
+        if load { self.residual[offset as usize] } else { 0.0 }
+    }
+
     fn load(&mut self, slot: u32) -> f32 {
         self.smem.load(slot)
     }
@@ -93,14 +110,20 @@ impl TileBlock for CpuTileBlock<'_> {
     }
 }
 
-/// Runs `tile` over the launcher's whole grid on the CPU and checks it against f64.
-fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: bool) -> f64 {
+/// Runs `tile` over the launcher's whole grid on the CPU with `epilogue` and checks it against
+/// the f64 reference followed by the epilogue.
+fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: bool, epilogue: &Epilogue) -> f64 {
     let geom = conv.geometry().unwrap();
     let x = host_uniform(conv.n as u64 * 7 + conv.c as u64, geom.x_len);
     let w = host_uniform(conv.r as u64 * 13 + conv.k as u64, geom.w_len);
+    let bias = host_uniform(17, conv.k);
+    let residual = host_uniform(19, geom.y_len);
     let mut y = vec![f32::NAN; geom.y_len];
     let mut written = vec![false; geom.y_len];
-    let p: DepthwiseFwdParams = depthwise::params(conv, &geom, tile, x_aligned, y_aligned);
+    let mut p: DepthwiseFwdParams = depthwise::params(conv, &geom, tile, x_aligned, y_aligned);
+    p.epilogue = epilogue.params(conv, &geom);
+    // The CPU block reads the slices; the program only asks whether there is a bias or residual.
+    (p.epilogue.bias, p.epilogue.residual) = (epilogue.bias as u64, epilogue.residual as u64);
     let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
     for group in 0..tile.plane_groups((conv.n * conv.c) as u64) {
         for tile_index in 0..down * across {
@@ -110,13 +133,23 @@ fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: b
                 w: &w,
                 y: &mut y,
                 written: &mut written,
+                bias: &bias,
+                residual: &residual,
             };
             let run = program::<CpuTileBlock>(tile.name).expect("every variant has a program");
             run(&mut b, &p, tile_index as u32, group as u32);
         }
     }
     assert!(written.iter().all(|&w| w), "{conv} on {}: outputs never written", tile.name);
-    let truth = cpu_reference(conv, &x, &w).unwrap();
+    let plain = cpu_reference(conv, &x, &w).unwrap();
+    let truth = with_epilogue(
+        conv,
+        epilogue,
+        &plain,
+        epilogue.bias.then_some(&bias[..]),
+        epilogue.residual.then_some(&residual[..]),
+    )
+    .unwrap();
     let bound = Tolerance::f32_sum(geom.taps(conv) as u64);
     assert_within_bound(&y, &truth, bound, &format!("{conv} on {}", tile.name))
 }
@@ -152,8 +185,35 @@ fn every_variant_computes_the_convolution_on_the_cpu() {
             conv.h = conv.h.max(tile.filter as usize);
             conv.w = conv.w.max(tile.filter as usize);
             for (x_aligned, y_aligned) in [(true, true), (false, true), (true, false)] {
-                run_on_cpu(&conv, tile, x_aligned, y_aligned);
+                run_on_cpu(&conv, tile, x_aligned, y_aligned, &Epilogue::NONE);
             }
+        }
+    }
+}
+
+#[test]
+fn every_variant_applies_the_epilogue_where_it_stores() {
+    for (i, tile) in DEPTHWISE_FWD_VARIANTS.iter().enumerate() {
+        // A partial edge tile and more planes than a block's; vector and scalar stores.
+        let hw = [(tile.tile_h * tile.stride) as usize + 1, (tile.tile_w * tile.stride) as usize + 8];
+        let planes = tile.planes_per_block() as usize + 1;
+        let mut conv = depthwise_conv(
+            2,
+            planes.div_ceil(2),
+            hw,
+            tile.filter as usize,
+            tile.stride as usize,
+            tile.multiplier as usize,
+        );
+        conv.pad = [tile.filter as usize / 2; 2];
+        let epilogue = Epilogue {
+            bias: true,
+            activation: Activation::ALL[i % Activation::ALL.len()],
+            residual: i % 2 == 0,
+            shuffle: i % 3 != 0,
+        };
+        for y_aligned in [true, false] {
+            run_on_cpu(&conv, tile, true, y_aligned, &epilogue);
         }
     }
 }

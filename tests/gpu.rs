@@ -10,6 +10,7 @@ use convkit::{
         engines::{ALL_HEURISTICS, EngineConv},
         legacy::{LegacyConv, Math},
     },
+    conv::epilogue::{Activation, Epilogue},
     conv::igemm,
     direct,
     harness::{
@@ -50,7 +51,8 @@ fn every_variant_matches_the_reference_on_random_shapes() {
     let cases = case_count();
     let mut failures = Vec::new();
     for i in 0..cases {
-        let case = check::random_case(&mut rng, i);
+        let mut case = check::random_case(&mut rng, i);
+        case.epilogue = check::random_epilogue(&mut rng);
         let r = checker.check(&case, mix(7, i as u64)).unwrap();
         assert!(!r.variants.is_empty(), "{}: no variant ran", case.conv);
         if !r.passed() {
@@ -58,6 +60,33 @@ fn every_variant_matches_the_reference_on_random_shapes() {
         }
     }
     assert!(failures.is_empty(), "{} of {cases} cases failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_activation_with_bias_residual_and_shuffle_in_every_family() {
+    let gpu = gpu();
+    let mut checker = Checker::new(&gpu, 256 << 20, 0.0).unwrap();
+    // Direct and tensor-core kernels (grouped, several outputs per group), the depthwise kernel
+    // with a channel multiplier of 2 (the shuffle moves its channels), and a large depthwise
+    // filter (the FFT paths, through the stand-alone pass).
+    let shapes = [
+        "n=2,c=48,h=13,w=17,k=72,r=3,s=3,pad=1,groups=3",
+        "n=3,c=12,h=20,w=24,k=24,r=3,s=3,pad=1,stride=2,groups=12",
+        "n=2,c=8,h=40,w=36,k=8,r=15,s=15,pad=7,groups=8",
+    ];
+    for shape in shapes {
+        let conv: Conv2d = shape.parse().unwrap();
+        for (i, activation) in Activation::ALL.into_iter().enumerate() {
+            let mut case = check::Case::new(conv.clone());
+            case.epilogue = Epilogue { bias: true, activation, residual: i % 2 == 0, shuffle: true };
+            let r = checker.check(&case, mix(11, i as u64)).unwrap();
+            let families: std::collections::BTreeSet<_> =
+                r.variants.iter().map(|v| v.tile.split('_').next().unwrap_or_default()).collect();
+            assert!(r.passed(), "{shape} with {}: worst ratio {:.2}", case.epilogue, r.worst_ratio());
+            assert!(families.len() >= 2, "{shape}: only {families:?} ran");
+        }
+    }
 }
 
 #[test]
@@ -667,6 +696,55 @@ fn tiled_fft_convolution_matches_the_reference_and_checks_its_workspace() {
 fn plan_bound(plan: &convkit::plan::Plan, conv: &Conv2d, x: &[f32], w: &[f32]) -> Tolerance {
     let taps = conv.geometry().unwrap().taps(conv) as u64;
     check::plan_tolerance(plan, taps, || Ok(Tolerance::fft(taps, reference::fft_error_scale(x, w, conv.k)))).unwrap()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn plans_apply_their_epilogue_fused_or_as_a_pass_and_refuse_missing_buffers() {
+    use convkit::plan::{PlanOptions, Planner};
+    let gpu = gpu();
+    let stream = gpu.stream();
+    let planner = Planner::with_cache_file(&gpu, None).unwrap();
+    // Grouped (a fusing kernel), dense 3x3 (cuDNN, then the pass; shuffled: a fusing kernel
+    // instead), depthwise with a large filter (the FFT, then the pass).
+    let layers: [Conv2d; 3] = [
+        "n=4,c=64,h=28,w=28,k=64,r=3,s=3,pad=1,groups=16".parse().unwrap(),
+        "n=4,c=64,h=28,w=28,k=64,r=3,s=3,pad=1".parse().unwrap(),
+        "n=8,c=32,h=48,w=48,k=32,r=31,s=31,pad=15,groups=32".parse().unwrap(),
+    ];
+    let epilogues = [
+        Epilogue { bias: true, activation: Activation::Relu, residual: true, shuffle: false },
+        Epilogue { bias: true, activation: Activation::GeluTanh, residual: false, shuffle: true },
+    ];
+    let (mut fused, mut passes) = (0, 0);
+    for (i, conv) in layers.iter().enumerate() {
+        let geom = conv.geometry().unwrap();
+        let (x_host, w_host, x, w) = inputs(&gpu, conv, 0xe91 + i as u64);
+        let plain = reference::gpu_reference(&gpu, stream, conv, &x, &w).unwrap().download(&gpu).unwrap();
+        let bias_host = reference::host_uniform(3, conv.k);
+        let residual_host = reference::host_uniform(4, geom.y_len);
+        let (bias, residual) = (gpu.upload(&bias_host).unwrap(), gpu.upload(&residual_host).unwrap());
+        for e in epilogues {
+            let opts = PlanOptions { epilogue: e, ..PlanOptions::default() };
+            let plan = planner.plan(stream, conv, &opts, &w).unwrap();
+            assert_eq!(plan.epilogue(), &e);
+            assert!(!e.shuffle || plan.fuses_epilogue(), "{conv}: {} cannot shuffle", plan.algorithm());
+            (fused, passes) = if plan.fuses_epilogue() { (fused + 1, passes) } else { (fused, passes + 1) };
+            let mut workspace = gpu.alloc::<u8>(plan.workspace_bytes().max(1)).unwrap();
+            let mut y = gpu.alloc::<f32>(geom.y_len).unwrap();
+            let missing = plan.forward(&x, &mut y, &mut workspace);
+            assert!(matches!(missing, Err(Error::InvalidShape { field: "epilogue", .. })), "{missing:?}");
+            gpu.poison(&mut y).unwrap();
+            let r = e.residual.then_some(&residual);
+            plan.forward_fused(&x, &mut y, &mut workspace, Some(&bias), r).unwrap();
+            let finished = reference::with_epilogue(conv, &e, &plain, Some(&bias_host), r.map(|_| &residual_host[..]));
+            let truth = reference::GpuReference::upload(&gpu, &finished.unwrap()).unwrap();
+            let bound = plan_bound(&plan, conv, &x_host, &w_host);
+            let stats = reference::compare(&gpu, stream, &y, &truth, bound).unwrap();
+            assert!(stats.passed(), "{conv} with {e} through {}: {stats:?}", plan.algorithm());
+        }
+    }
+    assert!(fused > 0 && passes > 0, "fused {fused}, passes {passes}");
 }
 
 #[test]

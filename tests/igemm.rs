@@ -258,7 +258,7 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile) {
                     for j in 0..nt {
                         for e in 0..4 {
                             let (m, n) = tile.acc_position(lane, warp, i, j, e);
-                            let (Some(plane), Some(at)) =
+                            let (Some((_, plane)), Some(at)) =
                                 (sp.output_plane(tile, block, origin.image, n), sp.output_pixel(tile, &origin, m))
                             else {
                                 continue;

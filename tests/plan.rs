@@ -2,6 +2,7 @@
 //! synthetic timings, the heuristic's rules on the shipped suites' layers, and the bench's
 //! regression guard.
 
+use convkit::conv::epilogue::{Activation, Epilogue};
 use convkit::{
     Conv2d,
     conv::{
@@ -91,10 +92,23 @@ fn layer_keys_ignore_labels_and_separate_shapes_and_classes() {
     let a: Conv2d = "name=a,n=8,c=64,h=28,w=28,k=64,r=3,s=3,pad=1,groups=4".parse().unwrap();
     let b: Conv2d = "name=b,n=8,c=64,h=28,w=28,k=64,r=3,s=3,pad=1,groups=4".parse().unwrap();
     let c: Conv2d = "n=8,c=64,h=28,w=28,k=64,r=3,s=3,pad=1,groups=8".parse().unwrap();
-    assert_eq!(cache::layer_key(&a, MathClass::Exact), cache::layer_key(&b, MathClass::Exact));
-    assert_ne!(cache::layer_key(&a, MathClass::Exact), cache::layer_key(&a, MathClass::Fast));
-    assert_ne!(cache::layer_key(&a, MathClass::Exact), cache::layer_key(&c, MathClass::Exact));
-    let key = cache::layer_key(&a, MathClass::Fast);
+    assert_eq!(
+        cache::layer_key(&a, MathClass::Exact, &Epilogue::NONE),
+        cache::layer_key(&b, MathClass::Exact, &Epilogue::NONE)
+    );
+    assert_ne!(
+        cache::layer_key(&a, MathClass::Exact, &Epilogue::NONE),
+        cache::layer_key(&a, MathClass::Fast, &Epilogue::NONE)
+    );
+    assert_ne!(
+        cache::layer_key(&a, MathClass::Exact, &Epilogue::NONE),
+        cache::layer_key(&c, MathClass::Exact, &Epilogue::NONE)
+    );
+    let fused = Epilogue { bias: true, activation: Activation::Relu, ..Epilogue::NONE };
+    let fused_key = cache::layer_key(&a, MathClass::Exact, &fused);
+    assert_ne!(cache::layer_key(&a, MathClass::Exact, &Epilogue::NONE), fused_key);
+    assert!(fused_key.ends_with("epilogue=bias,relu"), "{fused_key}");
+    let key = cache::layer_key(&a, MathClass::Fast, &Epilogue::NONE);
     for part in ["layout=nchw", "dtype=f32", "math=fast", "epilogue=none", "groups=4"] {
         assert!(key.contains(part), "{key}");
     }

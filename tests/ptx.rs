@@ -10,6 +10,7 @@ use kernels_gpu::{
     conv::{
         depthwise::{DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams},
         direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
+        epilogue::{EPILOGUE_KERNEL, EpiloguePassParams},
         fft::{FFTCONV_TILES, FftConvParams},
         fft_gemm::{FFT_GEMM_SIZES, FftGemmParams},
         igemm::{
@@ -38,6 +39,7 @@ fn kernels() -> Vec<(&'static str, usize)> {
         (t.name, params)
     }));
     all.push((PACK_KERNEL, size_of::<IgemmPackParams>()));
+    all.push((EPILOGUE_KERNEL, size_of::<EpiloguePassParams>()));
     all.extend(CGEMM_TILES.iter().map(|t| (t.name, size_of::<CgemmParams>())));
     for size in FFT2D_SIZES {
         all.extend([size.name, size.r2c_kernel, size.c2r_kernel].map(|name| (name, size_of::<Fft2dParams>())));

@@ -4,7 +4,10 @@ use clap::{Args, Parser, Subcommand};
 use convkit::{
     Conv2d, Error, Gpu,
     cgemm::{CGEMM_TILES, CgemmTile, Family},
-    conv::cudnn::{MathClass, engines::ALL_HEURISTICS},
+    conv::{
+        cudnn::{MathClass, engines::ALL_HEURISTICS},
+        epilogue::{Activation, Epilogue},
+    },
     direct,
     fft::fft2d_sizes,
     harness::{
@@ -69,6 +72,9 @@ struct PlannerArgs {
     /// Keep the plan cache in memory only.
     #[arg(long, conflicts_with = "cache")]
     no_cache: bool,
+    /// What the plan applies to its outputs: `none`, or e.g. `bias,relu` or `bias,silu,residual`.
+    #[arg(long, value_parser = parse_epilogue, default_value = "none")]
+    epilogue: Epilogue,
 }
 
 impl PlannerArgs {
@@ -78,6 +84,7 @@ impl PlannerArgs {
             mode,
             workspace_limit: self.workspace_mib.map(|m| (m as usize).saturating_mul(1 << 20)),
             prefer_less_workspace: !self.fastest_only,
+            epilogue: self.epilogue,
         }
     }
 
@@ -85,6 +92,10 @@ impl PlannerArgs {
         let path = if self.no_cache { None } else { self.cache.clone().or_else(plan::cache::default_path) };
         Planner::with_cache_file(gpu, path)
     }
+}
+
+fn parse_epilogue(text: &str) -> Result<Epilogue, String> {
+    text.parse().map_err(|e: Error| e.to_string())
 }
 
 fn parse_math(name: &str) -> Result<MathClass, String> {
@@ -184,6 +195,10 @@ struct CheckArgs {
     /// Draw the random shapes from these kinds only (comma-separated; see the summary's rows).
     #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
     kinds: Vec<&'static str>,
+    /// The epilogue every variant applies: `random` (each case draws one; half of them none),
+    /// `none`, or a list such as `bias,relu,residual,shuffle`.
+    #[arg(long, default_value = "random")]
+    epilogue: String,
     #[command(flatten)]
     layers: Layers,
 }
@@ -365,6 +380,10 @@ struct BenchArgs {
     /// precision.
     #[arg(long)]
     all_variants: bool,
+    /// Also time our direct-style kernels with this epilogue fused (e.g. `bias,relu`,
+    /// `bias,silu,residual`, `shuffle`) beside the plain ones, and the epilogue as a pass.
+    #[arg(long, value_name = "SPEC", value_parser = parse_epilogue)]
+    epilogue: Option<Epilogue>,
     /// A stored result (`--json` of an earlier run): exit 1 if a layer of ours got slower by more
     /// than --max-slowdown.
     #[arg(long, value_name = "FILE")]
@@ -463,6 +482,11 @@ fn run_check(device: usize, args: &CheckArgs) -> Result<ExitCode, Error> {
             }
         }
     };
+    let mut cases = cases;
+    let fixed = (args.epilogue != "random").then(|| args.epilogue.parse::<Epilogue>()).transpose()?;
+    for case in &mut cases {
+        case.epilogue = fixed.unwrap_or_else(|| check::random_epilogue(&mut rng));
+    }
     let mut info = RunInfo::collect(&gpu, seed)?;
     let workspace = (args.workspace_mib as usize).saturating_mul(1 << 20);
     let mut checker = Checker::new(&gpu, workspace, args.cpu_max_flops)?;
@@ -536,6 +560,28 @@ fn run_check(device: usize, args: &CheckArgs) -> Result<ExitCode, Error> {
     for (family, (runs, worst, rel_l2)) in &by_family {
         println!("| {family} | {runs} | {worst:.3} | {rel_l2:.1e} |");
     }
+    // Each part of the epilogues (a case counts in every part of its own).
+    let mut by_part: BTreeMap<&str, (usize, usize, f64)> = BTreeMap::new();
+    for r in &results {
+        let e = &r.case.epilogue;
+        let parts = [
+            e.is_none().then_some("none"),
+            e.bias.then_some("bias"),
+            (e.activation != Activation::Identity).then(|| e.activation.name()),
+            e.residual.then_some("residual"),
+            e.shuffle.then_some("shuffle"),
+        ];
+        for part in parts.into_iter().flatten() {
+            let entry = by_part.entry(part).or_default();
+            (entry.0, entry.1) = (entry.0 + 1, entry.1 + r.variants.len());
+            entry.2 = entry.2.max(r.worst_ratio());
+        }
+    }
+    println!("\n| epilogue part | cases | runs | worst err / its bound |");
+    println!("| --- | ---: | ---: | ---: |");
+    for (part, (cases, runs, worst)) in &by_part {
+        println!("| {part} | {cases} | {runs} | {worst:.3} |");
+    }
     let failed = results.iter().filter(|r| !r.passed()).count();
     let variants: usize = results.iter().map(|r| r.variants.len()).sum();
     let cpu_checked = results.iter().filter(|r| r.gpu_reference_exact.is_some()).count();
@@ -554,7 +600,8 @@ fn run_check(device: usize, args: &CheckArgs) -> Result<ExitCode, Error> {
 
 fn print_case(r: &CaseResult) {
     let verdict = if r.passed() { "ok  " } else { "FAIL" };
-    println!("{verdict} {}{}", r.case.conv, if r.case.nonfinite { " (NaN/Inf inputs)" } else { "" });
+    let epilogue = if r.case.epilogue.is_none() { String::new() } else { format!(" epilogue={}", r.case.epilogue) };
+    println!("{verdict} {}{epilogue}{}", r.case.conv, if r.case.nonfinite { " (NaN/Inf inputs)" } else { "" });
     for v in &r.variants {
         let s = &v.stats;
         let first = if s.passed() { String::new() } else { format!(", first at output {}", s.first_violation) };
@@ -598,6 +645,7 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
         heuristics: ALL_HEURISTICS.to_vec(),
         plans: !args.no_plans,
         all_variants: args.all_variants,
+        epilogue: args.epilogue,
     };
     let seed = args.timing.seed.unwrap_or_else(clock_seed);
     let mut info = RunInfo::collect(&gpu, seed)?;
@@ -711,6 +759,35 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
             println!("| {} | {} | {} |", r.label, cells(MathClass::Exact), cells(MathClass::Fast));
         }
     }
+    if let Some(epilogue) = &opts.epilogue {
+        println!(
+            "\nepilogue `{epilogue}`: each kernel plain and fused; unfused = cuDNN's best in the kernel's class plus our \
+             epilogue pass (sum of medians), what a framework without fusion runs"
+        );
+        println!("| layer | kernel | plain ms | fused ms | overhead | pass ms | unfused ms | fused vs unfused |");
+        println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+        for r in last {
+            let pass = r.epilogue_pass.and_then(|i| r.candidates[i].timing.as_ref()).map(|t| t.p50);
+            for &[plain, fused] in &r.fused {
+                let (p, f) = (&r.candidates[plain], &r.candidates[fused]);
+                let (Some(pt), Some(ft)) = (p.timing.as_ref(), f.timing.as_ref()) else { continue };
+                let theirs = r.best(p.class).and_then(|c| c.timing.as_ref()).map(|t| t.p50);
+                let unfused = theirs.zip(pass).map(|(t, pass)| t + pass);
+                let cell = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.4}"));
+                println!(
+                    "| {} | {} | {:.4} | {:.4} | {:+.1}% | {} | {} | {} |",
+                    r.label,
+                    p.name,
+                    pt.p50,
+                    ft.p50,
+                    (ft.p50 / pt.p50 - 1.0) * 100.0,
+                    cell(pass),
+                    cell(unfused),
+                    unfused.map_or("-".to_owned(), |u| format!("{:.2}x", u / ft.p50)),
+                );
+            }
+        }
+    }
     if repeats > 1 {
         println!("\nspread over {repeats} runs of the suite (fresh inputs each): min / median / max of each ratio");
         println!("| layer | vs exact | vs fast |");
@@ -735,7 +812,7 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
     }
     if let Some(path) = &args.baseline {
         let baseline = bench::load_baseline(path)?;
-        let now: Vec<(String, f64)> = last.iter().map(|r| (r.label.clone(), r.ours_ms())).collect();
+        let now: Vec<(String, f64)> = last.iter().map(|r| (r.label.clone(), r.fastest_ms())).collect();
         let verdicts = bench::compare_baseline(&now, &baseline, args.max_slowdown);
         println!("\nagainst {} (slower by more than {:.0}% fails):", path.display(), args.max_slowdown * 100.0);
         println!("| layer | baseline ms | now ms | change | verdict |");
@@ -796,6 +873,10 @@ fn run_plan(device: usize, args: &PlanArgs) -> Result<ExitCode, Error> {
     println!("why: {}", choice.reason);
     if plan.algorithm() != &choice.algorithm {
         println!("built as: {}", plan.algorithm());
+    }
+    if !plan.epilogue().is_none() {
+        let how = if plan.fuses_epilogue() { "fused into the kernel's stores" } else { "a pass after the convolution" };
+        println!("epilogue: {} ({how})", plan.epilogue());
     }
     println!("workspace: {} bytes; plan holds {} bytes", plan.workspace_bytes(), plan.plan_bytes());
     if let Some(path) = planner.cache_path() {

@@ -2,6 +2,7 @@
 //! K = C or 2C, square 3x3 ... 9x9 filters, stride 1 or 2, no dilation. Other layers run the
 //! direct kernel ([`super::direct`]).
 
+use super::epilogue::{Epilogue, EpilogueArgs};
 use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use kernels_gpu::{
@@ -108,6 +109,7 @@ pub fn params(
         z_base: 0,
         tiles_w: magic(across),
         channels: magic(conv.c as u64),
+        epilogue: Epilogue::NONE.params(conv, geom),
     }
 }
 
@@ -136,6 +138,22 @@ pub fn forward_with(
     w: &impl DevicePtr<f32>,
     y: &mut impl DevicePtrMut<f32>,
 ) -> Result<()> {
+    forward_fused(gpu, stream, conv, tile, x, w, y, &EpilogueArgs::NONE)
+}
+
+/// `y = epilogue(conv(x, w))` on `stream` with an explicit variant, the epilogue fused into
+/// the kernel's stores.
+#[allow(clippy::too_many_arguments)] // forward_with's, and the epilogue
+pub fn forward_fused(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    conv: &Conv2d,
+    tile: &DepthwiseTile,
+    x: &impl DevicePtr<f32>,
+    w: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<f32>,
+    epilogue: &EpilogueArgs,
+) -> Result<()> {
     let geom = conv.geometry()?;
     if !DEPTHWISE_FWD_VARIANTS.contains(tile) {
         return Err(Error::UnsupportedTile {
@@ -152,12 +170,15 @@ pub fn forward_with(
         .filter(|&x| x <= i32::MAX as u32)
         .ok_or(Error::UnsupportedTile { tile: tile.name, reason: "more than 2^31 - 1 tiles per plane" })?;
     super::check_buffers(gpu, &geom, x, w, y)?;
+    epilogue.check(gpu, conv, &geom)?;
     let plane_groups = tile.plane_groups((conv.n * conv.c) as u64);
     {
         let (x_ptr, _x_sync) = x.device_ptr(stream);
         let (w_ptr, _w_sync) = w.device_ptr(stream);
         let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
-        let mut p = params(conv, &geom, tile, x_ptr.is_multiple_of(16), y_ptr.is_multiple_of(16));
+        // 16-byte stores read the residual in 16-byte pieces at the same offsets.
+        let residual_aligned = epilogue.residual.is_none_or(|r| r.device_ptr(stream).0.is_multiple_of(16));
+        let mut p = params(conv, &geom, tile, x_ptr.is_multiple_of(16), y_ptr.is_multiple_of(16) && residual_aligned);
         (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
         let grid = super::SplitGrid {
             kernel: tile.name,
@@ -168,7 +189,10 @@ pub fn forward_with(
         };
         // Safety: the buffers were checked to hold exactly the shape's extents, which
         // `Conv2d::geometry` and `unsupported` bound to the kernel's index arithmetic.
-        unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }?;
+        epilogue.with_params(stream, conv, &geom, |e| {
+            p.epilogue = e;
+            unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }
+        })?;
     } // the buffers' cross-stream events are recorded here
     gpu.check_deferred()
 }

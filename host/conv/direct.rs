@@ -1,5 +1,6 @@
 //! Launcher of the grouped direct convolution (`kernels-gpu/src/conv/direct.rs`).
 
+use super::epilogue::EpilogueArgs;
 use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use kernels_gpu::{
@@ -74,6 +75,7 @@ pub fn params(conv: &Conv2d, geom: &ConvGeometry, tile: &DirectTile) -> DirectFw
         out_w_div: magic(u(geom.out_w)),
         row_groups: magic(row_groups),
         out_h_div: magic(u(geom.out_h)),
+        epilogue: super::epilogue::Epilogue::NONE.params(conv, geom),
     }
 }
 
@@ -107,6 +109,22 @@ pub fn forward_with(
     w: &impl DevicePtr<f32>,
     y: &mut impl DevicePtrMut<f32>,
 ) -> Result<()> {
+    forward_fused(gpu, stream, conv, tile, x, w, y, &EpilogueArgs::NONE)
+}
+
+/// `y = epilogue(conv(x, w))` on `stream` with an explicit tile variant, the epilogue fused
+/// into the kernel's stores.
+#[allow(clippy::too_many_arguments)] // forward_with's, and the epilogue
+pub fn forward_fused(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    conv: &Conv2d,
+    tile: &DirectTile,
+    x: &impl DevicePtr<f32>,
+    w: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<f32>,
+    epilogue: &EpilogueArgs,
+) -> Result<()> {
     let geom = conv.geometry()?;
     if !DIRECT_FWD_VARIANTS.contains(tile) {
         return Err(Error::UnsupportedTile {
@@ -118,6 +136,7 @@ pub fn forward_with(
         return Err(Error::UnsupportedTile { tile: tile.name, reason: "row-window tiles need stride_w = dil_w = 1" });
     }
     super::check_buffers(gpu, &geom, x, w, y)?;
+    epilogue.check(gpu, conv, &geom)?;
     let mut p = params(conv, &geom, tile);
     let grid_x = tile.grid_x(conv.n as u64, geom.out_h as u64, geom.out_w as u64) as u32;
     let total_z = grid_z(conv, &geom, tile);
@@ -135,7 +154,10 @@ pub fn forward_with(
         };
         // Safety: the buffers were checked to hold exactly the shape's extents, which
         // `Conv2d::geometry` bounds to the kernel's 32-bit index arithmetic.
-        unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }?;
+        epilogue.with_params(stream, conv, &geom, |e| {
+            p.epilogue = e;
+            unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }
+        })?;
     } // the buffers' cross-stream events are recorded here
     gpu.check_deferred()
 }

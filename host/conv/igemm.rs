@@ -7,6 +7,7 @@
 //! infinity into NaN (its residual is ∞ - ∞). Finite inputs give finite, bounded outputs.
 
 use super::cudnn::MathClass;
+use super::epilogue::EpilogueArgs;
 use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels_gpu::{
@@ -286,6 +287,7 @@ pub fn params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape, y_aligned:
         out_w_div: magic(u(geom.out_w)),
         c_per_group_div: magic(u(geom.c_per_group)),
         k_per_group_div: magic(u(geom.k_per_group)),
+        epilogue: super::epilogue::Epilogue::NONE.params(conv, geom),
     }
 }
 
@@ -425,19 +427,34 @@ impl IgemmPlan {
         x: &impl DevicePtr<f32>,
         y: &mut impl DevicePtrMut<f32>,
     ) -> Result<()> {
+        self.forward_fused(gpu, stream, x, y, &EpilogueArgs::NONE)
+    }
+
+    /// `y = epilogue(conv(x, w))`, the epilogue fused into the kernel's stores.
+    pub fn forward_fused(
+        &self,
+        gpu: &Gpu,
+        stream: &CudaStream,
+        x: &impl DevicePtr<f32>,
+        y: &mut impl DevicePtrMut<f32>,
+        epilogue: &EpilogueArgs,
+    ) -> Result<()> {
         super::check_io(gpu, &self.geom, x, y)?;
+        epilogue.check(gpu, &self.conv, &self.geom)?;
         let tile = &self.shape.tile;
-        {
+        epilogue.with_params(stream, &self.conv, &self.geom, |ep| {
             let (x_ptr, _x_sync) = x.device_ptr(stream);
             let (w_ptr, _w_sync) = self.packed.device_ptr(stream);
             let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
+            // 16-byte stores read the residual in 16-byte pieces at the same offsets.
+            let aligned = y_ptr.is_multiple_of(16) && (ep.residual == 0 || ep.residual.is_multiple_of(16));
             // Safety (both): x and y hold exactly the shape's extents (checked above), which
             // `Conv2d::geometry` and `tile_unsupported` bound to the kernel's index arithmetic,
             // and the packed filters were built for this shape.
             match tile.pixels {
                 PixelTile::Flat => {
-                    let mut p = params(&self.conv, &self.geom, &self.shape, y_ptr.is_multiple_of(16));
-                    (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
+                    let mut p = params(&self.conv, &self.geom, &self.shape, aligned);
+                    (p.x, p.w, p.y, p.epilogue) = (x_ptr, w_ptr, y_ptr, ep);
                     let grid = super::SplitGrid {
                         kernel: tile.name,
                         // At most 2^31 / 64 pixel tiles: `Conv2d::geometry` bounds the pixels
@@ -447,21 +464,21 @@ impl IgemmPlan {
                         block_threads: BLOCK_THREADS,
                         smem_bytes: tile.smem_bytes(),
                     };
-                    unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }?;
+                    unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }
                 }
                 PixelTile::Spatial { .. } => {
                     let mut p = spatial_params(&self.conv, &self.geom, &self.shape);
-                    (p.conv.x, p.conv.w, p.conv.y) = (x_ptr, w_ptr, y_ptr);
+                    (p.conv.x, p.conv.w, p.conv.y, p.conv.epilogue) = (x_ptr, w_ptr, y_ptr, ep);
                     // Persistent blocks, each walking the work items a grid apart.
                     let cfg = LaunchConfig {
                         grid_dim: (self.persistent_blocks, 1, 1),
                         block_dim: (BLOCK_THREADS, 1, 1),
                         shared_mem_bytes: self.shape.smem_bytes(),
                     };
-                    unsafe { gpu.launch(stream, tile.name, cfg, p) }?;
+                    unsafe { gpu.launch(stream, tile.name, cfg, p) }
                 }
             }
-        } // the buffers' cross-stream events are recorded here
+        })?; // the buffers' cross-stream events are recorded here
         gpu.check_deferred()
     }
 }
@@ -494,5 +511,21 @@ pub fn forward_with(
     w: &impl DevicePtr<f32>,
     y: &mut impl DevicePtrMut<f32>,
 ) -> Result<()> {
-    IgemmPlan::new(gpu, stream, conv, tile, w)?.forward(gpu, stream, x, y)
+    forward_fused(gpu, stream, conv, tile, x, w, y, &EpilogueArgs::NONE)
+}
+
+/// `y = epilogue(conv(x, w))` on `stream` with an explicit variant, packing the filters first;
+/// the epilogue fused into the kernel's stores.
+#[allow(clippy::too_many_arguments)] // forward_with's, and the epilogue
+pub fn forward_fused(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    conv: &Conv2d,
+    tile: &IgemmTile,
+    x: &impl DevicePtr<f32>,
+    w: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<f32>,
+    epilogue: &EpilogueArgs,
+) -> Result<()> {
+    IgemmPlan::new(gpu, stream, conv, tile, w)?.forward_fused(gpu, stream, x, y, epilogue)
 }

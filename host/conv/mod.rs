@@ -6,6 +6,7 @@
 pub mod cudnn;
 pub mod depthwise;
 pub mod direct;
+pub mod epilogue;
 pub mod fft;
 pub mod fft_gemm;
 pub mod igemm;

@@ -26,6 +26,7 @@ use crate::{
             legacy::{LegacyChoice, LegacyConv, Math},
         },
         depthwise, direct,
+        epilogue::{self, Epilogue, EpilogueArgs},
         fft::{self, FftConvPlan},
         fft_gemm::{self, FftGemmPlan},
         igemm::{self, IgemmPlan},
@@ -72,6 +73,10 @@ pub struct BenchOptions {
     pub plans: bool,
     /// Time every tensor-core variant, not only the heuristic's choice of each precision.
     pub all_variants: bool,
+    /// Also time our direct-style candidates with this epilogue fused (`NAME+epilogue`, held
+    /// to the reference followed by the epilogue), and the stand-alone epilogue pass.
+    #[serde(skip)]
+    pub epilogue: Option<Epilogue>,
 }
 
 /// Where an implementation comes from.
@@ -180,6 +185,10 @@ pub struct LayerResult {
     pub igemm: Vec<usize>,
     /// Indices of the planner's choices (exact class, fast class), where `plans` was set.
     pub plans: Vec<usize>,
+    /// With an epilogue: (plain, fused) candidate indices of our direct-style kernels.
+    pub fused: Vec<[usize; 2]>,
+    /// With an epilogue that keeps the channel order: the stand-alone pass's index.
+    pub epilogue_pass: Option<usize>,
     /// Index of cuDNN's fastest timed candidate in the exact class.
     pub best_exact: Option<usize>,
     /// Index of cuDNN's fastest timed candidate with TF32 allowed: of either class, since
@@ -245,6 +254,11 @@ impl LayerResult {
         self.ours().timing.as_ref().map_or(f64::NAN, |t| t.p50)
     }
 
+    /// Our fastest kernel of either class (what `--baseline` compares: [`load_baseline`]).
+    pub fn fastest_ms(&self) -> f64 {
+        p50(self.ours_in(MathClass::Fast))
+    }
+
     pub fn best(&self, class: MathClass) -> Option<&Candidate> {
         let index = match class {
             MathClass::Exact => self.best_exact,
@@ -274,7 +288,8 @@ impl LayerResult {
     /// Whether every one of our candidates (and the plans) passed its bound.
     pub fn ours_correct(&self) -> bool {
         let plans = self.plans.iter().map(|&i| &self.candidates[i]);
-        self.convkit().iter().chain(plans).all(|c| c.violations == 0 && c.excluded.is_none())
+        let fused = self.fused.iter().map(|&[_, i]| &self.candidates[i]);
+        self.convkit().iter().chain(plans).chain(fused).all(|c| c.violations == 0 && c.excluded.is_none())
     }
 
     /// The plan of a class, where one ran.
@@ -330,6 +345,23 @@ enum Runner<'g> {
     Engine(EnginePlan),
     Legacy(LegacyChoice),
     Plan(Box<Plan<'g>>),
+    /// A direct, depthwise or tensor-core runner with the bench's epilogue fused.
+    Fused(Box<Runner<'g>>),
+    /// The bench's epilogue as a pass of its own, in place on the output.
+    EpiloguePass,
+}
+
+/// The bench's epilogue and its inputs: one residual per set of the arena.
+struct EpilogueInputs {
+    epilogue: Epilogue,
+    bias: Option<CudaSlice<f32>>,
+    residuals: Vec<CudaSlice<f32>>,
+}
+
+impl EpilogueInputs {
+    fn args(&self, set: usize) -> EpilogueArgs<'_> {
+        EpilogueArgs { epilogue: self.epilogue, bias: self.bias.as_ref(), residual: self.residuals.get(set) }
+    }
 }
 
 /// What a candidate's launch needs.
@@ -341,6 +373,7 @@ struct Env<'a, 'g> {
     workspace: &'a mut CudaSlice<u8>,
     engines: Option<EngineConv<'g>>,
     legacy: Option<LegacyConv<'g>>,
+    epilogue: Option<EpilogueInputs>,
 }
 
 impl<'g> Env<'_, 'g> {
@@ -363,6 +396,19 @@ impl<'g> Env<'_, 'g> {
                 legacy.forward(choice, &x, &w, &mut y, self.workspace)
             }
             Runner::Plan(plan) => plan.forward(&x, &mut y, self.workspace),
+            Runner::Fused(inner) => {
+                let args = self.epilogue.as_ref().expect("fused runners come with the epilogue").args(set);
+                match &**inner {
+                    Runner::Direct(tile) => direct::forward_fused(gpu, stream, conv, tile, &x, &w, &mut y, &args),
+                    Runner::Depthwise(tile) => depthwise::forward_fused(gpu, stream, conv, tile, &x, &w, &mut y, &args),
+                    Runner::Igemm(plans) => plans[set].forward_fused(gpu, stream, &x, &mut y, &args),
+                    _ => unreachable!("only the direct-style kernels fuse the epilogue"),
+                }
+            }
+            Runner::EpiloguePass => {
+                let args = self.epilogue.as_ref().expect("the pass comes with the epilogue").args(set);
+                epilogue::apply_pass(gpu, stream, conv, &args, &mut y, None)
+            }
         }
     }
 
@@ -403,8 +449,30 @@ impl<'g> Bench<'g> {
             reference::gpu_reference(gpu, &self.stream, conv, &x0, &w0)?
         };
         let tile = self.opts.tile.unwrap_or_else(|| direct::choose_tile(conv, &geom, gpu.sm_count()));
-        let mut env =
-            Env { gpu, stream: &self.stream, conv, arena, workspace: &mut self.workspace, engines: None, legacy: None };
+        let epilogue = match self.opts.epilogue {
+            Some(e) => Some(EpilogueInputs {
+                epilogue: e,
+                bias: e.bias.then(|| gpu.upload(&reference::host_uniform(mix(seed, 4), conv.k))).transpose()?,
+                residuals: if e.residual {
+                    (0..arena.sets)
+                        .map(|set| gpu.upload(&reference::host_uniform(mix(seed, 5 + set as u64), geom.y_len)))
+                        .collect::<Result<_>>()?
+                } else {
+                    Vec::new()
+                },
+            }),
+            None => None,
+        };
+        let mut env = Env {
+            gpu,
+            stream: &self.stream,
+            conv,
+            arena,
+            workspace: &mut self.workspace,
+            engines: None,
+            legacy: None,
+            epilogue,
+        };
         let mut skipped = Vec::new();
 
         // Ours first: it must pass the strict bound.
@@ -548,6 +616,57 @@ impl<'g> Bench<'g> {
                 runners.push(runner);
             }
         }
+        // Our direct-style candidates again with the epilogue fused, and the epilogue alone.
+        let (mut fused, mut epilogue_pass) = (Vec::new(), None);
+        if let Some(inputs) = &env.epilogue {
+            let plain = truth.download(gpu)?;
+            let bias = inputs.bias.as_ref().map(|b| gpu.download(b)).transpose()?;
+            let residual = inputs.residuals.first().map(|r| gpu.download(r)).transpose()?;
+            let finished =
+                reference::with_epilogue(conv, &inputs.epilogue, &plain, bias.as_deref(), residual.as_deref())?;
+            let finished = GpuReference::upload(gpu, &finished)?;
+            let epilogue = inputs.epilogue;
+            for i in 0..runners.len() {
+                if plans.contains(&i) {
+                    continue;
+                }
+                let inner = match &runners[i] {
+                    Runner::Direct(tile) => Runner::Direct(*tile),
+                    Runner::Depthwise(tile) => Runner::Depthwise(*tile),
+                    Runner::Igemm(plans) => {
+                        let mut copies = Vec::with_capacity(plans.len());
+                        for set in 0..env.arena.sets {
+                            let (_, w, _) = env.arena.set(set);
+                            copies.push(IgemmPlan::new(gpu, &self.stream, conv, &plans[0].shape().tile, &w)?);
+                        }
+                        Runner::Igemm(copies)
+                    }
+                    _ => continue,
+                };
+                let bound = match &inner {
+                    Runner::Igemm(plans) => igemm::tolerance(conv, &geom, &plans[0].shape().tile),
+                    _ => Tolerance::f32_sum(geom.taps(conv) as u64),
+                };
+                let runner = Runner::Fused(Box::new(inner));
+                let stats = env.validate(&runner, &finished, bound)?;
+                let c = &candidates[i];
+                let name = format!("{}+epilogue", c.name);
+                let notes = format!("{}, {epilogue} fused", c.notes);
+                let mut candidate = Candidate::new(name, Source::Convkit, c.class, notes, c.workspace);
+                candidate.record(&stats);
+                fused.push([i, candidates.len()]);
+                candidates.push(candidate);
+                runners.push(runner);
+            }
+            // Timed on whatever the output holds (the other candidates' outputs, or the NaN
+            // that validation poisons with): an elementwise pass's time does not depend on it.
+            if !epilogue.shuffle {
+                let notes = format!("{epilogue} as a pass of its own, in place");
+                epilogue_pass = Some(candidates.len());
+                candidates.push(Candidate::new("epilogue-pass".into(), Source::Convkit, MathClass::Exact, notes, 0));
+                runners.push(Runner::EpiloguePass);
+            }
+        }
         let ours_count = runners.len();
 
         // cuDNN's graph API: every configuration of every heuristic mode.
@@ -682,6 +801,8 @@ impl<'g> Bench<'g> {
             fft_gemm: fft_gemm_size,
             igemm: igemm_indices,
             plans,
+            fused,
+            epilogue_pass,
             best_exact,
             best_fast,
             engine_configs,
@@ -697,8 +818,8 @@ fn p50(c: &Candidate) -> f64 {
     c.timing.as_ref().map_or(f64::INFINITY, |t| t.p50)
 }
 
-/// Our median time on each layer of a stored result (the `--json` of an earlier `bench`; its
-/// last repeat), by label.
+/// Our fastest kernel (either class) on each layer of a stored result (the `--json` of an
+/// earlier `bench`; its last repeat), by label: what [`LayerResult::fastest_ms`] gives now.
 pub fn load_baseline(path: &std::path::Path) -> Result<Vec<(String, f64)>> {
     let io = |source| crate::Error::Io { path: path.display().to_string(), source };
     let text = std::fs::read_to_string(path).map_err(io)?;
@@ -712,14 +833,18 @@ pub fn load_baseline(path: &std::path::Path) -> Result<Vec<(String, f64)>> {
     rows.iter()
         .map(|row| {
             let label = row["label"].as_str().ok_or_else(|| malformed("a row without a label"))?;
-            let ours = row["candidates"]
+            // Our kernels come first ([`LayerResult::convkit`]): the direct kernel, the
+            // families that ran, the tensor-core variants; not the plans or fused twins.
+            let families = ["depthwise", "fft", "fft_gemm"].iter().filter(|f| !row[**f].is_null()).count();
+            let ours = 1 + families + row["igemm"].as_array().map_or(0, Vec::len);
+            let fastest = row["candidates"]
                 .as_array()
                 .ok_or_else(|| malformed("a row without candidates"))?
                 .iter()
-                .filter(|c| c["source"] == "Convkit")
+                .take(ours)
                 .filter_map(|c| c["timing"]["p50"].as_f64())
                 .fold(f64::INFINITY, f64::min);
-            Ok((label.to_owned(), ours))
+            Ok((label.to_owned(), fastest))
         })
         .collect()
 }

@@ -6,7 +6,7 @@
 //! NaN and ±∞ into the input: they must come out exactly where the reference has them (the FFT
 //! path, which spreads a NaN over the whole image, and the tensor-core kernels skip those).
 
-use super::reference::{self, GpuReference, Reference};
+use super::reference::{self, GpuReference, Reference, host_uniform};
 use crate::{
     Conv2d, Gpu, Result,
     conv::{
@@ -15,7 +15,9 @@ use crate::{
             self, MathClass,
             legacy::{LegacyConv, Math},
         },
-        depthwise, direct, fft,
+        depthwise, direct,
+        epilogue::{self, Activation, Epilogue, EpilogueArgs},
+        fft,
         fft_gemm::{self, FftGemmPlan},
         igemm,
     },
@@ -63,13 +65,30 @@ pub struct Case {
     pub kind: String,
     /// Put NaN, +∞ and -∞ into the input.
     pub nonfinite: bool,
+    /// Applied to every variant's outputs: fused by the direct-style kernels, as a pass of its
+    /// own after the FFT paths. cuDNN runs the plain convolution.
+    pub epilogue: Epilogue,
 }
 
 impl Case {
     pub fn new(conv: Conv2d) -> Self {
         let label = conv.label();
         let kind = label.split('#').next().unwrap_or(&label).to_owned();
-        Case { conv, kind, nonfinite: false }
+        Case { conv, kind, nonfinite: false, epilogue: Epilogue::NONE }
+    }
+}
+
+/// Half the time none; else a bias, a residual and the shuffle each with probability 1/2 and
+/// any activation.
+pub fn random_epilogue(rng: &mut SmallRng) -> Epilogue {
+    if rng.random_bool(0.5) {
+        return Epilogue::NONE;
+    }
+    Epilogue {
+        bias: rng.random_bool(0.5),
+        activation: Activation::ALL[rng.random_range(0..Activation::ALL.len())],
+        residual: rng.random_bool(0.5),
+        shuffle: rng.random_bool(0.5),
     }
 }
 
@@ -154,19 +173,36 @@ impl<'g> Checker<'g> {
             None
         };
 
+        // The epilogue's inputs, and the reference followed by the epilogue in f64.
+        let bias = case.epilogue.bias.then(|| host_uniform(mix(seed, 4), conv.k));
+        let residual = case.epilogue.residual.then(|| host_uniform(mix(seed, 5), geom.y_len));
+        let bias_gpu = bias.as_deref().map(|b| gpu.upload(b)).transpose()?;
+        let residual_gpu = residual.as_deref().map(|r| gpu.upload(r)).transpose()?;
+        let epilogue =
+            EpilogueArgs { epilogue: case.epilogue, bias: bias_gpu.as_ref(), residual: residual_gpu.as_ref() };
+        let finished = if case.epilogue.is_none() {
+            None
+        } else {
+            let plain = truth.download(gpu)?;
+            let finished =
+                reference::with_epilogue(conv, &case.epilogue, &plain, bias.as_deref(), residual.as_deref())?;
+            Some(GpuReference::upload(gpu, &finished)?)
+        };
+        let target = finished.as_ref().unwrap_or(&truth);
+
         let bound = Tolerance::f32_sum(geom.taps(conv) as u64);
         let mut y = gpu.alloc::<f32>(geom.y_len)?;
         let mut variants = Vec::new();
         for tile in direct::supporting_variants(conv) {
             gpu.poison(&mut y)?;
-            direct::forward_with(gpu, stream, conv, tile, &x, &w, &mut y)?;
-            let stats = reference::compare(gpu, stream, &y, &truth, bound)?;
+            direct::forward_fused(gpu, stream, conv, tile, &x, &w, &mut y, &epilogue)?;
+            let stats = reference::compare(gpu, stream, &y, target, bound)?;
             variants.push(VariantResult { tile: tile.name, bound, stats });
         }
         for tile in depthwise::supporting_variants(conv) {
             gpu.poison(&mut y)?;
-            depthwise::forward_with(gpu, stream, conv, tile, &x, &w, &mut y)?;
-            let stats = reference::compare(gpu, stream, &y, &truth, bound)?;
+            depthwise::forward_fused(gpu, stream, conv, tile, &x, &w, &mut y, &epilogue)?;
+            let stats = reference::compare(gpu, stream, &y, target, bound)?;
             variants.push(VariantResult { tile: tile.name, bound, stats });
         }
         // The tensor-core variants, each to its precision's bound; non-finite inputs spread
@@ -175,8 +211,8 @@ impl<'g> Checker<'g> {
             for tile in igemm::supporting_variants(conv, &geom) {
                 let bound = igemm::tolerance(conv, &geom, tile);
                 gpu.poison(&mut y)?;
-                igemm::forward_with(gpu, stream, conv, tile, &x, &w, &mut y)?;
-                let stats = reference::compare(gpu, stream, &y, &truth, bound)?;
+                igemm::forward_fused(gpu, stream, conv, tile, &x, &w, &mut y, &epilogue)?;
+                let stats = reference::compare(gpu, stream, &y, target, bound)?;
                 variants.push(VariantResult { tile: tile.name, bound, stats });
             }
         }
@@ -187,7 +223,8 @@ impl<'g> Checker<'g> {
                 let plan = fft::FftConvPlan::with_tile(gpu, stream, conv, tile, &w)?;
                 gpu.poison(&mut y)?;
                 plan.forward(gpu, stream, &x, &mut y)?;
-                let stats = reference::compare(gpu, stream, &y, &truth, bound)?;
+                let shuffled = epilogue_pass(gpu, stream, conv, &epilogue, &mut y)?;
+                let stats = reference::compare(gpu, stream, shuffled.as_ref().unwrap_or(&y), target, bound)?;
                 variants.push(VariantResult { tile: tile.name, bound, stats });
             }
             // The tiled path: the chosen tiling, and the smallest transform (the most tiles).
@@ -201,7 +238,8 @@ impl<'g> Checker<'g> {
                 let plan = FftGemmPlan::with_shape(gpu, stream, conv, shape, &w)?;
                 gpu.poison(&mut y)?;
                 plan.forward(gpu, stream, &x, &mut y, &mut self.workspace)?;
-                let stats = reference::compare(gpu, stream, &y, &truth, bound)?;
+                let shuffled = epilogue_pass(gpu, stream, conv, &epilogue, &mut y)?;
+                let stats = reference::compare(gpu, stream, shuffled.as_ref().unwrap_or(&y), target, bound)?;
                 variants.push(VariantResult { tile: shape.size.name, bound, stats });
             }
         }
@@ -239,6 +277,25 @@ impl<'g> Checker<'g> {
             }
         })
     }
+}
+
+/// `y` through the stand-alone epilogue pass: in place, or (returned) into a new buffer where
+/// the epilogue shuffles.
+fn epilogue_pass(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    conv: &Conv2d,
+    args: &EpilogueArgs,
+    y: &mut CudaSlice<f32>,
+) -> Result<Option<CudaSlice<f32>>> {
+    if !args.epilogue.shuffle {
+        epilogue::apply_pass(gpu, stream, conv, args, y, None)?;
+        return Ok(None);
+    }
+    let mut out = gpu.alloc::<f32>(y.len())?;
+    gpu.poison(&mut out)?;
+    epilogue::apply_pass(gpu, stream, conv, args, y, Some(&mut out))?;
+    Ok(Some(out))
 }
 
 /// Whether the GPU reference equals the CPU reference bit for bit (NaN matching NaN).

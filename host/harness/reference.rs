@@ -2,7 +2,12 @@
 //! shapes) and on the GPU (every shape), the per-element comparison against it, and the
 //! random inputs both sides draw.
 
-use crate::{Conv2d, Error, Gpu, Result, error::Context, gpu::grid_stride_config};
+use crate::{
+    Conv2d, Error, Gpu, Result,
+    conv::epilogue::{Activation, Epilogue},
+    error::Context,
+    gpu::grid_stride_config,
+};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use kernels_gpu::{
     random::uniform,
@@ -183,4 +188,71 @@ pub fn fft_error_scale(x: &[f32], w: &[f32], filters: usize) -> f64 {
 /// `len` values uniform in [-1, 1): element `i` is `uniform(seed, i)`.
 pub fn host_uniform(seed: u64, len: usize) -> Vec<f32> {
     (0..len as u64).map(|i| uniform(seed, i)).collect()
+}
+
+/// An activation in f64, the form the bound compares against: SiLU `v / (1 + e^-v)`, GELU-tanh
+/// `0.5 v (1 + tanh(√(2/π) (v + 0.044715 v³)))` written as `v / (1 + e^-2u)` (the same
+/// function; `-∞` gives NaN in both, as `v · sigmoid(v)` does).
+pub fn activation_f64(act: Activation, v: f64) -> f64 {
+    let relu = if v < 0.0 { 0.0 } else { v };
+    match act {
+        Activation::Identity => v,
+        Activation::Relu => relu,
+        // Not `min`, which would turn NaN into 6: NaN passes through, as in the kernels.
+        Activation::Relu6 => {
+            if relu > 6.0 {
+                6.0
+            } else {
+                relu
+            }
+        }
+        Activation::Silu => v / (1.0 + (-v).exp()),
+        Activation::GeluTanh => {
+            let u = (2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v);
+            v / (1.0 + (-2.0 * u).exp())
+        }
+    }
+}
+
+/// The reference of `conv` followed by `epilogue` in f64, in the output's layout (shuffled
+/// where the epilogue shuffles): `act(value + bias[k]) + residual` with the magnitude
+/// `slope · (magnitude + |bias[k]|) + |residual|`, `slope` the activation's largest (an error
+/// in its input grows by at most that much; the rounding of the two additions and of the
+/// activation itself stays within the f32 bound's own slack of `8 · 2^-23` per magnitude).
+pub fn with_epilogue(
+    conv: &Conv2d,
+    epilogue: &Epilogue,
+    plain: &Reference,
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+) -> Result<Reference> {
+    let g = conv.geometry()?;
+    let plane = g.out_h * g.out_w;
+    let slope = epilogue.activation.max_slope();
+    let mut out = Reference { value: vec![0.0; g.y_len], magnitude: vec![0.0; g.y_len] };
+    for image in 0..conv.n {
+        for k in 0..conv.k {
+            let b = bias.map_or(0.0, |b| b[k] as f64);
+            let from = (image * conv.k + k) * plane;
+            let to = (image * conv.k + epilogue.out_channel(conv, &g, k)) * plane;
+            for i in 0..plane {
+                let r = residual.map_or(0.0, |r| r[to + i] as f64);
+                out.value[to + i] = activation_f64(epilogue.activation, plain.value[from + i] + b) + r;
+                out.magnitude[to + i] = slope * (plain.magnitude[from + i] + b.abs()) + r.abs();
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl GpuReference {
+    /// The reference on the host.
+    pub fn download(&self, gpu: &Gpu) -> Result<Reference> {
+        Ok(Reference { value: gpu.download(&self.value)?, magnitude: gpu.download(&self.magnitude)? })
+    }
+
+    /// `reference` on the GPU.
+    pub fn upload(gpu: &Gpu, reference: &Reference) -> Result<Self> {
+        Ok(GpuReference { value: gpu.upload(&reference.value)?, magnitude: gpu.upload(&reference.magnitude)? })
+    }
 }

@@ -10,7 +10,10 @@
 //! at that path is safe); an entry that names an algorithm this build does not have is skipped.
 
 use super::{Choice, Origin};
-use crate::{Conv2d, Error, Gpu, Result, conv::cudnn::MathClass};
+use crate::{
+    Conv2d, Error, Gpu, Result,
+    conv::{cudnn::MathClass, epilogue::Epilogue},
+};
 use serde::{Deserialize, Serialize};
 use std::{
     collections::HashMap,
@@ -72,11 +75,11 @@ pub fn build_id() -> &'static str {
 }
 
 /// The layer part of a key: the shape without its label, the layout, element type, math class
-/// and epilogue (NCHW, f32 and none are all that exist today; they are in the key so that
-/// entries stay apart when more do).
-pub fn layer_key(conv: &Conv2d, math: MathClass) -> String {
+/// and epilogue (NCHW and f32 are all that exist today; they are in the key so that entries
+/// stay apart when more do). A plain layer's key ends in `epilogue=none`.
+pub fn layer_key(conv: &Conv2d, math: MathClass, epilogue: &Epilogue) -> String {
     let shape = Conv2d { name: None, ..conv.clone() };
-    format!("{shape};layout=nchw;dtype=f32;math={};epilogue=none", math.name())
+    format!("{shape};layout=nchw;dtype=f32;math={};epilogue={epilogue}", math.name())
 }
 
 /// One measured decision.

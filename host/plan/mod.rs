@@ -36,6 +36,7 @@ use crate::{
             legacy::{LegacyChoice, LegacyConv},
         },
         depthwise, direct,
+        epilogue::{self, Epilogue, EpilogueArgs},
         fft::{self, FftConvPlan},
         fft_gemm::{self, FftGemmPlan},
         igemm::{self, IgemmPlan},
@@ -73,6 +74,11 @@ pub struct PlanOptions {
     /// Find: among candidates within 10% of the fastest, take the one that needs the least
     /// workspace (on by default).
     pub prefer_less_workspace: bool,
+    /// What the plan applies to its outputs ([`Plan::forward_fused`]). The algorithm is chosen
+    /// for the plain convolution; convkit's direct, depthwise and tensor-core kernels fuse the
+    /// epilogue, the others are followed by it as a pass of its own (in place; a shuffling
+    /// epilogue needs a fusing kernel, so the plan falls back to one).
+    pub epilogue: Epilogue,
 }
 
 impl Default for PlanOptions {
@@ -82,6 +88,7 @@ impl Default for PlanOptions {
             mode: Mode::Heuristic,
             workspace_limit: None,
             prefer_less_workspace: true,
+            epilogue: Epilogue::NONE,
         }
     }
 }
@@ -182,7 +189,7 @@ impl<'g> Planner<'g> {
     pub fn choose(&self, conv: &Conv2d, opts: &PlanOptions) -> Result<Choice> {
         let geom = conv.geometry()?;
         let limit = self.workspace_limit(opts);
-        let key = cache::layer_key(conv, opts.math);
+        let key = cache::layer_key(conv, opts.math, &opts.epilogue);
         let usable =
             |c: &Choice| c.workspace <= limit && (opts.mode == Mode::Heuristic || c.origin != Origin::Heuristic);
         if let Some(choice) = lock(&self.memory).get(&key).filter(|c| usable(c)) {
@@ -226,7 +233,7 @@ impl<'g> Planner<'g> {
     ) -> Result<find::FindReport> {
         let limit = self.workspace_limit(opts);
         let report = find::search(self, conv, opts, limit, effort, must, screened)?;
-        let key = cache::layer_key(conv, opts.math);
+        let key = cache::layer_key(conv, opts.math, &opts.epilogue);
         let entry = CacheEntry::new(&self.device, &key, &report.choice);
         if let Err(e) = lock(&self.file).insert(entry) {
             eprintln!("convkit: warning: the plan cache was not written: {e}");
@@ -248,11 +255,14 @@ impl<'g> Planner<'g> {
     ) -> Result<Plan<'g>> {
         let choice = self.choose(conv, opts)?;
         let limit = self.workspace_limit(opts);
-        let first = match Plan::new(self.gpu, stream, conv, &choice.algorithm, w, limit) {
+        let build = |algorithm: &Algorithm| {
+            Plan::new(self.gpu, stream, conv, algorithm, w, limit).and_then(|p| p.with_epilogue(opts.epilogue))
+        };
+        let first = match build(&choice.algorithm) {
             Ok(plan) => return Ok(plan),
             Err(e) => e,
         };
-        let key = cache::layer_key(conv, opts.math);
+        let key = cache::layer_key(conv, opts.math, &opts.epilogue);
         if choice.origin != Origin::Heuristic {
             lock(&self.file).remove(&self.device, &key);
             eprintln!("convkit: warning: cached plan {} no longer builds ({first}); deciding again", choice.algorithm);
@@ -265,7 +275,7 @@ impl<'g> Planner<'g> {
             if alternative.algorithm == choice.algorithm {
                 continue;
             }
-            if let Ok(plan) = Plan::new(self.gpu, stream, conv, &alternative.algorithm, w, limit) {
+            if let Ok(plan) = build(&alternative.algorithm) {
                 lock(&self.memory).insert(key, alternative);
                 return Ok(plan);
             }
@@ -306,6 +316,7 @@ pub struct Plan<'g> {
     class: MathClass,
     workspace: usize,
     runner: Runner<'g>,
+    epilogue: Epilogue,
 }
 
 impl<'g> Plan<'g> {
@@ -333,6 +344,7 @@ impl<'g> Plan<'g> {
             class,
             workspace,
             runner,
+            epilogue: Epilogue::NONE,
         };
         match algorithm {
             Algorithm::Direct(name) => {
@@ -412,7 +424,43 @@ impl<'g> Plan<'g> {
                 (algorithm, choice.math.class(), choice.workspace, Runner::Legacy { conv, choice, w })
             }
         };
-        Ok(Plan { gpu, stream: stream.clone(), conv: conv.clone(), geom, algorithm, class, workspace, runner })
+        let epilogue = Epilogue::NONE;
+        Ok(Plan {
+            gpu,
+            stream: stream.clone(),
+            conv: conv.clone(),
+            geom,
+            algorithm,
+            class,
+            workspace,
+            runner,
+            epilogue,
+        })
+    }
+
+    /// The plan with `epilogue` applied by [`Self::forward_fused`]: fused by convkit's direct,
+    /// depthwise and tensor-core kernels, as a pass after the others (which cannot shuffle).
+    pub fn with_epilogue(mut self, epilogue: Epilogue) -> Result<Self> {
+        if epilogue.shuffle && !self.fuses_epilogue() {
+            return Err(Error::Unsupported {
+                algorithm: "epilogue",
+                reason: format!(
+                    "{} cannot store shuffled channels (only convkit's direct-style kernels do)",
+                    self.algorithm
+                ),
+            });
+        }
+        self.epilogue = epilogue;
+        Ok(self)
+    }
+
+    pub fn epilogue(&self) -> &Epilogue {
+        &self.epilogue
+    }
+
+    /// Whether the kernel applies the epilogue in its stores (else a pass follows it).
+    pub fn fuses_epilogue(&self) -> bool {
+        matches!(self.runner, Runner::Direct { .. } | Runner::Depthwise { .. } | Runner::Igemm(_))
     }
 
     /// The algorithm it runs (a cuDNN heuristic pick resolved to its engine configuration).
@@ -473,19 +521,37 @@ impl<'g> Plan<'g> {
         y: &mut impl DevicePtrMut<f32>,
         workspace: &mut CudaSlice<u8>,
     ) -> Result<()> {
+        self.forward_fused(x, y, workspace, None, None)
+    }
+
+    /// `y = epilogue(conv(x, w))` with the plan's epilogue ([`Self::with_epilogue`]): `bias`
+    /// (K floats) exactly where it has a bias, `residual` (the output's size, in its layout)
+    /// exactly where it has a residual. Otherwise as [`Self::forward`].
+    pub fn forward_fused(
+        &self,
+        x: &impl DevicePtr<f32>,
+        y: &mut impl DevicePtrMut<f32>,
+        workspace: &mut CudaSlice<u8>,
+        bias: Option<&CudaSlice<f32>>,
+        residual: Option<&CudaSlice<f32>>,
+    ) -> Result<()> {
         if workspace.len() < self.workspace {
             return Err(Error::WorkspaceTooSmall { needed: self.workspace, given: workspace.len() });
         }
-        let (gpu, stream) = (self.gpu, &self.stream);
+        let (gpu, stream, conv) = (self.gpu, &self.stream, &self.conv);
+        let args = EpilogueArgs { epilogue: self.epilogue, bias, residual };
+        args.check(gpu, conv, &self.geom)?;
         match &self.runner {
-            Runner::Direct { tile, w } => direct::forward_with(gpu, stream, &self.conv, tile, x, w, y),
-            Runner::Depthwise { tile, w } => depthwise::forward_with(gpu, stream, &self.conv, tile, x, w, y),
+            Runner::Direct { tile, w } => return direct::forward_fused(gpu, stream, conv, tile, x, w, y, &args),
+            Runner::Depthwise { tile, w } => return depthwise::forward_fused(gpu, stream, conv, tile, x, w, y, &args),
+            Runner::Igemm(p) => return p.forward_fused(gpu, stream, x, y, &args),
             Runner::Fft(p) => p.forward(gpu, stream, x, y),
             Runner::FftGemm(p) => p.forward(gpu, stream, x, y, workspace),
-            Runner::Igemm(p) => p.forward(gpu, stream, x, y),
             Runner::Engine { graph, plan, w } => graph.execute(plan, x, w, y, workspace),
             Runner::Legacy { conv, choice, w } => conv.forward(choice, x, w, y, workspace),
-        }
+        }?;
+        // `with_epilogue` admits no shuffle here: the pass runs in place.
+        epilogue::apply_pass(gpu, stream, conv, &args, y, None)
     }
 }
 

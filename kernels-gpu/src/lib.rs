@@ -22,6 +22,8 @@
     feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, core_intrinsics),
     allow(internal_features)
 )]
+// `exp2f32` for the host's copy of the activations (`core` has no `f32::exp2`).
+#![cfg_attr(not(target_arch = "nvptx64"), feature(core_intrinsics), allow(internal_features))]
 
 pub mod cgemm;
 pub mod complex;
@@ -86,6 +88,43 @@ pub(crate) fn fma(a: f32, b: f32, c: f32) -> f32 {
 #[inline(always)]
 pub(crate) fn fma(a: f32, b: f32, c: f32) -> f32 {
     a * b + c
+}
+
+/// `2^v` by the GPU's `ex2.approx.f32` (relative error about `2^-22`; `-∞` gives 0, `+∞` gives
+/// `+∞`, NaN stays NaN).
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+pub(crate) fn exp2(v: f32) -> f32 {
+    let r: f32;
+    unsafe {
+        core::arch::asm!("ex2.approx.f32 {r}, {v};", r = out(reg32) r, v = in(reg32) v, options(pure, nomem, nostack))
+    };
+    r
+}
+
+/// `2^v`. Host builds only run this in tests.
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+pub(crate) fn exp2(v: f32) -> f32 {
+    core::intrinsics::exp2f32(v)
+}
+
+/// `1 / v` by the GPU's `rcp.approx.ftz.f32` (relative error about `2^-23`).
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+pub(crate) fn recip(v: f32) -> f32 {
+    let r: f32;
+    unsafe {
+        core::arch::asm!("rcp.approx.ftz.f32 {r}, {v};", r = out(reg32) r, v = in(reg32) v, options(pure, nomem, nostack))
+    };
+    r
+}
+
+/// `1 / v`.
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+pub(crate) fn recip(v: f32) -> f32 {
+    1.0 / v
 }
 
 #[cfg(target_arch = "nvptx64")]

@@ -362,3 +362,28 @@ pub fn mma_tf32_m16n8k8(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
     };
     [d0, d1, d2, d3]
 }
+
+/// `ld.global.nc` of `global_addr` where `load`, else 0, without a branch (a uniform
+/// condition tested per element put a branch around every load of a store loop).
+#[inline(always)]
+pub fn ldg_nc_f32_if(load: bool, global_addr: u64) -> f32 {
+    let v: f32;
+    unsafe {
+        asm!("{{ .reg .pred p; setp.ne.u32 p, {c}, 0; mov.b32 {v}, 0; @p ld.global.nc.f32 {v}, [{a}]; }}",
+            c = in(reg32) load as u32, a = in(reg64) global_addr, v = out(reg32) v, options(readonly, nostack))
+    };
+    v
+}
+
+/// [`ldg_nc_f32x4`] where `load`, else zeros, without a branch; `global_addr` 16-byte aligned.
+#[inline(always)]
+pub fn ldg_nc_f32x4_if(load: bool, global_addr: u64) -> [f32; 4] {
+    let (a, b, c, d): (f32, f32, f32, f32);
+    unsafe {
+        asm!("{{ .reg .pred p; setp.ne.u32 p, {l}, 0; mov.b32 {a}, 0; mov.b32 {b}, 0; mov.b32 {c}, 0; mov.b32 {d}, 0; \
+              @p ld.global.nc.v4.f32 {{{a}, {b}, {c}, {d}}}, [{p}]; }}",
+            l = in(reg32) load as u32, p = in(reg64) global_addr,
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, options(readonly, nostack))
+    };
+    [a, b, c, d]
+}

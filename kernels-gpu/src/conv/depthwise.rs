@@ -70,6 +70,7 @@ pub struct DepthwiseFwdParams {
     pub tiles_w: MagicDiv,
     /// Divides a plane index by the channels `c` (its remainder is the channel).
     pub channels: MagicDiv,
+    pub epilogue: super::epilogue::EpilogueParams,
 }
 
 /// One variant: filter size, stride and channel multiplier it computes, and its output tile.
@@ -197,6 +198,13 @@ pub trait TileBlock {
     fn write_y(&mut self, offset: u64, v: f32);
     /// Outputs `offset .. offset + 4`; `offset` a multiple of 4.
     fn write_y4(&mut self, offset: u64, v: [f32; 4]);
+    /// The epilogue's bias of output channel `k` (only asked where there is one).
+    fn bias(&mut self, k: u32) -> f32;
+    /// Elements `offset .. offset + 4` of the epilogue's residual where `load` (there is one),
+    /// else zeros; `offset` a multiple of 4.
+    fn residual4(&mut self, load: bool, offset: u64) -> [f32; 4];
+    /// Element `offset` of the epilogue's residual where `load`, else 0.
+    fn residual(&mut self, load: bool, offset: u64) -> f32;
     fn load(&mut self, slot: u32) -> f32;
     /// Slots `slot .. slot + 2`; `slot` even.
     fn load2(&mut self, slot: u32) -> [f32; 2];
@@ -324,26 +332,84 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
             }
 
             let (oy0, ox0) = (tile_row * t.tile_h + ry * RY, tile_col * t.tile_w + cx * PX);
-            for m in 0..M {
-                let out_plane = q as u64 * M as u64 + m as u64;
-                for r in 0..RY as usize {
-                    let oy = oy0 + r as u32;
-                    if oy < p.out_h {
-                        let row = (out_plane * p.out_h as u64 + oy as u64) * p.out_w as u64 + ox0 as u64;
-                        if p.flags & STORE_VECTORS != 0 && ox0 + PX <= p.out_w {
-                            b.write_y4(row, acc[m][r]);
-                        } else {
-                            for i in 0..PX as usize {
-                                if ox0 + (i as u32) < p.out_w {
-                                    b.write_y(row + i as u64, acc[m][r][i]);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            crate::by_mode!(p.epilogue, MODE => store::<M, MODE, B>(b, p, q, [oy0, ox0], &acc));
         },
     );
+}
+
+/// Stores a thread's `M x RY` rows of [`PX`] outputs of plane `q`, from output row and column
+/// `at`, through the epilogue of mode `MODE` ([`crate::by_mode`]).
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+fn store<const M: usize, const MODE: u32, B: TileBlock>(
+    b: &mut B,
+    p: &DepthwiseFwdParams,
+    q: u32,
+    [oy0, ox0]: [u32; 2],
+    acc: &[[[f32; PX as usize]; RY as usize]; M],
+) {
+    use super::epilogue::{Activation, PLAIN};
+    let ep = &p.epilogue;
+    // Output channel c·M + m of the plane's image, stored where the epilogue puts it.
+    let channel = p.channels.div_rem(q).1;
+    let vectors = p.flags & STORE_VECTORS != 0 && ox0 + PX <= p.out_w;
+    let store_row = |b: &mut B, m: u32, r: u32, bias: f32, mut v: [f32; PX as usize]| {
+        let oy = oy0 + r;
+        if oy >= p.out_h {
+            return;
+        }
+        let k = channel * M as u32 + m;
+        let out_plane = (q - channel) as u64 * M as u64 + ep.out_channel(k) as u64;
+        let row = (out_plane * p.out_h as u64 + oy as u64) * p.out_w as u64 + ox0 as u64;
+        let act = Activation::from_u32(MODE);
+        if vectors {
+            if MODE != PLAIN {
+                let res = b.residual4(ep.residual != 0, row);
+                v = [0, 1, 2, 3].map(|i| act.apply(v[i] + bias) + res[i]);
+            }
+            b.write_y4(row, v);
+        } else {
+            for i in 0..PX as usize {
+                if ox0 + (i as u32) < p.out_w {
+                    let at = row + i as u64;
+                    if MODE != PLAIN {
+                        let res = b.residual(ep.residual != 0, at);
+                        v[i] = act.apply(v[i] + bias) + res;
+                    }
+                    b.write_y(at, v[i]);
+                }
+            }
+        }
+    };
+    let bias = |b: &mut B, m: u32| if MODE != PLAIN && ep.bias != 0 { b.bias(channel * M as u32 + m) } else { 0.0 };
+    if !Activation::from_u32(MODE).is_long() {
+        for m in 0..M {
+            let bias = bias(b, m as u32);
+            for r in 0..RY as usize {
+                store_row(b, m as u32, r as u32, bias, acc[m][r]);
+            }
+        }
+    } else {
+        // The long activations' code in every row kept LLVM from unrolling this loop, and a
+        // rolled loop indexed the accumulators at run time (local memory): each step stores
+        // row 0 and rotates the next into its place.
+        let mut rows = [[0.0f32; PX as usize]; 2 * RY as usize];
+        for m in 0..M {
+            for r in 0..RY as usize {
+                rows[m * RY as usize + r] = acc[m][r];
+            }
+        }
+        let mut j = 0;
+        while j < crate::opaque(M as u32 * RY) {
+            let m = j / RY;
+            let bias = bias(b, m);
+            store_row(b, m, j % RY, bias, rows[0]);
+            for i in 1..rows.len() {
+                rows[i - 1] = rows[i];
+            }
+            j += 1;
+        }
+    }
 }
 
 /// The `(PX - 1) * ST + K` input values under one thread's outputs, from `slot + shift` on
@@ -483,6 +549,7 @@ pub struct GpuTileBlock {
     x: u64,
     w: u64,
     y: u64,
+    epilogue: super::epilogue::EpilogueParams,
 }
 
 #[cfg(target_arch = "nvptx64")]
@@ -493,7 +560,13 @@ mod device {
     impl GpuTileBlock {
         #[inline(always)]
         pub fn new(p: &DepthwiseFwdParams) -> Self {
-            GpuTileBlock { smem: smem_base(), x: to_global(p.x), w: to_global(p.w), y: to_global(p.y) }
+            GpuTileBlock {
+                smem: smem_base(),
+                x: to_global(p.x),
+                w: to_global(p.w),
+                y: to_global(p.y),
+                epilogue: p.epilogue,
+            }
         }
     }
 
@@ -536,6 +609,21 @@ mod device {
         #[inline(always)]
         fn write_y4(&mut self, offset: u64, v: [f32; 4]) {
             stg_f32x4(self.y + 4 * offset, v);
+        }
+
+        #[inline(always)]
+        fn bias(&mut self, k: u32) -> f32 {
+            self.epilogue.load_bias(k)
+        }
+
+        #[inline(always)]
+        fn residual4(&mut self, load: bool, offset: u64) -> [f32; 4] {
+            ldg_nc_f32x4_if(load, to_global(self.epilogue.residual) + 4 * offset)
+        }
+
+        #[inline(always)]
+        fn residual(&mut self, load: bool, offset: u64) -> f32 {
+            ldg_nc_f32_if(load, to_global(self.epilogue.residual) + 4 * offset)
         }
 
         #[inline(always)]

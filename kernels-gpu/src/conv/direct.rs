@@ -61,6 +61,7 @@ pub struct DirectFwdParams {
     pub row_groups: MagicDiv,
     /// Divides by `out_h`.
     pub out_h_div: MagicDiv,
+    pub epilogue: super::epilogue::EpilogueParams,
 }
 
 /// The channels one block works on, unpacked from its packed z-index.
@@ -205,6 +206,7 @@ direct_fwd_variants!(
 #[allow(clippy::needless_range_loop)]
 mod kernel {
     use super::{BlockCoords, DirectFwdParams};
+    use crate::conv::epilogue::{Activation, PLAIN};
     use crate::prelude::*;
     use core::intrinsics::fmaf32;
 
@@ -248,6 +250,56 @@ mod kernel {
             at,
             k_first: at.group * p.k_per_group + k_in_group,
             k_live: (p.k_per_group - k_in_group).min(KT as u32),
+        }
+    }
+
+    /// Stores a thread's outputs through the epilogue of mode `MODE` ([`by_mode`]): `at(i)` is
+    /// pixel `i`'s offset in its image's output channel 0, where it exists. Channel by channel,
+    /// so that one channel's offset and bias are live at a time.
+    #[inline(always)]
+    fn store<const KT: usize, const PX: usize, const MODE: u32>(
+        p: &DirectFwdParams,
+        ch: &Channels,
+        at: impl Fn(usize) -> Option<u64>,
+        acc: &[[f32; KT]; PX],
+    ) {
+        let (y, ep) = (to_global(p.y), &p.epilogue);
+        let out_plane = p.out_plane.divisor as u64;
+        let channel = |k: u32| {
+            let bias = if MODE == PLAIN { 0.0 } else { ep.load_bias(k) };
+            (ep.out_channel(k) as u64 * out_plane, bias)
+        };
+        if !Activation::from_u32(MODE).is_long() {
+            for kk in 0..KT {
+                if (kk as u32) < ch.k_live {
+                    let (plane_at, bias) = channel(ch.k_first + kk as u32);
+                    for i in 0..PX {
+                        if let Some(at) = at(i) {
+                            let at = at + plane_at;
+                            stg_f32(y + 4 * at, ep.finish_as::<MODE>(acc[i][kk], bias, at));
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        // The long activations' code at each of 32 outputs keeps LLVM from unrolling the loop
+        // above, and a rolled loop indexes the accumulators at run time (local memory). Here
+        // every step stores channel 0 and rotates the next into its place: constant indices.
+        let mut acc = *acc;
+        let mut kk = 0;
+        while kk < crate::opaque(ch.k_live) {
+            let (plane_at, bias) = channel(ch.k_first + kk);
+            for i in 0..PX {
+                if let Some(at) = at(i) {
+                    let at = at + plane_at;
+                    stg_f32(y + 4 * at, ep.finish_as::<MODE>(acc[i][0], bias, at));
+                }
+                for j in 1..KT {
+                    acc[i][j - 1] = acc[i][j];
+                }
+            }
+            kk += 1;
         }
     }
 
@@ -310,13 +362,13 @@ mod kernel {
         let out_plane = p.out_plane.divisor as u64;
 
         // Per pixel: liveness, where its group's input starts, the input corner of its
-        // receptive field and where its first output channel goes.
+        // receptive field and its offset in its image's output channel 0.
         let mut live = [false; PX];
         let mut x_base = [0u64; PX];
-        let mut y_base = [0u64; PX];
+        let mut y_at = [0u64; PX];
         let mut ih0 = [0i32; PX];
         let mut iw0 = [0i32; PX];
-        let (x, y) = (to_global(p.x), to_global(p.y));
+        let x = to_global(p.x);
         let threads = block_dim_x();
         let tile_first = block_idx_x() * threads * PX as u32;
         for i in 0..PX {
@@ -325,8 +377,7 @@ mod kernel {
             let px = p.pixel_coords(flat);
             let c_first = px.image as u64 * p.channels as u64 + (ch.at.group * p.c_per_group) as u64;
             x_base[i] = x.wrapping_add(4 * c_first * in_plane);
-            let k_row = px.image as u64 * p.out_channels as u64 + ch.k_first as u64;
-            y_base[i] = y.wrapping_add(4 * (k_row * out_plane + px.pixel as u64));
+            y_at[i] = px.image as u64 * p.out_channels as u64 * out_plane + px.pixel as u64;
             ih0[i] = px.oh.wrapping_mul(p.window.stride_h) as i32 - p.window.pad_h;
             iw0[i] = px.ow.wrapping_mul(p.window.stride_w) as i32 - p.window.pad_w;
         }
@@ -358,15 +409,7 @@ mod kernel {
             }
         });
 
-        for i in 0..PX {
-            if live[i] {
-                for kk in 0..KT {
-                    if (kk as u32) < ch.k_live {
-                        stg_f32(y_base[i] + 4 * kk as u64 * out_plane, acc[i][kk]);
-                    }
-                }
-            }
-        }
+        crate::by_mode!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, |i| live[i].then_some(y_at[i]), &acc));
     }
 
     /// `TileShape::RowWindow`: PX adjacent pixels of one output row; needs stride_w = dil_w = 1.
@@ -380,8 +423,7 @@ mod kernel {
         let at = p.row_coords(flat, PX as u32);
         let c_first = at.image as u64 * p.channels as u64 + (ch.at.group * p.c_per_group) as u64;
         let x_base = to_global(p.x).wrapping_add(4 * c_first * in_plane);
-        let k_row = at.image as u64 * p.out_channels as u64 + ch.k_first as u64;
-        let y_base = to_global(p.y).wrapping_add(4 * (k_row * out_plane + (at.oh * p.out_w + at.ow) as u64));
+        let y_at = at.image as u64 * p.out_channels as u64 * out_plane + (at.oh * p.out_w + at.ow) as u64;
         let ih0 = at.oh.wrapping_mul(p.window.stride_h) as i32 - p.window.pad_h;
         let iw0 = at.ow as i32 - p.window.pad_w;
 
@@ -415,16 +457,7 @@ mod kernel {
             }
         });
 
-        if live {
-            for i in 0..PX {
-                if at.ow + (i as u32) < p.out_w {
-                    for kk in 0..KT {
-                        if (kk as u32) < ch.k_live {
-                            stg_f32(y_base + 4 * (kk as u64 * out_plane + i as u64), acc[i][kk]);
-                        }
-                    }
-                }
-            }
-        }
+        let at = |i: usize| (live && at.ow + (i as u32) < p.out_w).then_some(y_at + i as u64);
+        crate::by_mode!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, at, &acc));
     }
 }

@@ -99,6 +99,7 @@ pub struct IgemmFwdParams {
     pub c_per_group_div: MagicDiv,
     /// Divides an output of a block's groups by `k_per_group`.
     pub k_per_group_div: MagicDiv,
+    pub epilogue: super::epilogue::EpilogueParams,
 }
 
 /// The block's groups and column tile, unpacked from its packed z-index.
@@ -194,7 +195,7 @@ impl IgemmFwdParams {
         inside.then(|| (output * self.c_per_group + c_in_group) * self.taps + tap)
     }
 
-    /// Element offset of output channel `k` (of all) at flat pixel `flat`.
+    /// Element offset of output channel `k` (of all, where stored) at flat pixel `flat`.
     #[inline(always)]
     pub fn output_offset(&self, flat: u32, k: u32) -> u64 {
         let (image, pixel) = self.out_plane_div.div_rem(flat);
@@ -560,6 +561,7 @@ pub unsafe extern "ptx-kernel" fn igemm_pack_weights(p: IgemmPackParams) {
 #[cfg(target_arch = "nvptx64")]
 pub(crate) mod device {
     use super::{BLOCK_THREADS, BlockCoords, Chunk, IgemmFwdParams, IgemmTile, PixelTile, STAGES, STORE_VECTORS};
+    use crate::conv::epilogue::PLAIN;
     use crate::prelude::*;
 
     /// Fragment values as the tensor cores read them: TF32 (`SPLIT` false; `v` as it is where
@@ -587,6 +589,48 @@ pub(crate) mod device {
     pub(super) fn copy_weights(base: u32, w: u64) -> impl FnMut(u32, u64) {
         #[inline(always)]
         move |slot, offset| cp_async_f32x4(base + 4 * slot, w + 4 * offset, 16)
+    }
+
+    /// The epilogue of a flat tile: the accumulators are in shared memory at [`IgemmTile::out_slot`];
+    /// a thread stores 4 adjacent pixels of one output channel at a time, through the
+    /// epilogue of mode `MODE` ([`crate::by_mode`]).
+    #[inline(always)]
+    fn store<const MODE: u32>(
+        p: &IgemmFwdParams,
+        t: &IgemmTile,
+        block: BlockCoords,
+        tile: u32,
+        thread: u32,
+        smem: u32,
+        y: u64,
+    ) {
+        let (ep, vectors) = (&p.epilogue, p.flags & STORE_VECTORS != 0);
+        let mut e = thread;
+        while e < t.bn() * t.bm() / 4 {
+            let (n, quad) = (e / (t.bm() / 4), e % (t.bm() / 4));
+            let column = block.column_tile * t.bn() + n;
+            let flat = tile * t.bm() + 4 * quad;
+            if column < p.block_outputs && flat < p.batch_pixels {
+                let k = block.block_group * p.block_outputs + column;
+                let stored_k = ep.out_channel(k);
+                let bias = if MODE == PLAIN { 0.0 } else { ep.load_bias(k) };
+                let v = ld_shared_f32x4(smem + 4 * t.out_slot(4 * quad, n));
+                if vectors && flat + 4 <= p.batch_pixels {
+                    let at = p.output_offset(flat, stored_k);
+                    stg_f32x4(y + 4 * at, ep.finish4_as::<MODE>(v, bias, at));
+                } else {
+                    // Whole pixels at a time (a select by index would put `v` in local memory).
+                    let mut d = 0;
+                    while d < 4 && flat + d < p.batch_pixels {
+                        let value = ld_shared_f32(smem + 4 * t.out_slot(4 * quad + d, n));
+                        let at = p.output_offset(flat + d, stored_k);
+                        stg_f32(y + 4 * at, ep.finish_as::<MODE>(value, bias, at));
+                        d += 1;
+                    }
+                }
+            }
+            e += BLOCK_THREADS;
+        }
     }
 
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
@@ -699,28 +743,6 @@ pub(crate) mod device {
             }
         }
         sync_threads();
-        let vectors = p.flags & STORE_VECTORS != 0;
-        let mut e = thread;
-        while e < t.bn() * t.bm() / 4 {
-            let (n, quad) = (e / (t.bm() / 4), e % (t.bm() / 4));
-            let column = block.column_tile * t.bn() + n;
-            let flat = tile * t.bm() + 4 * quad;
-            if column < p.block_outputs && flat < p.batch_pixels {
-                let k = block.block_group * p.block_outputs + column;
-                let v = ld_shared_f32x4(smem + 4 * t.out_slot(4 * quad, n));
-                if vectors && flat + 4 <= p.batch_pixels {
-                    stg_f32x4(y + 4 * p.output_offset(flat, k), v);
-                } else {
-                    // Whole pixels at a time (a select by index would put `v` in local memory).
-                    let mut d = 0;
-                    while d < 4 && flat + d < p.batch_pixels {
-                        let value = ld_shared_f32(smem + 4 * t.out_slot(4 * quad + d, n));
-                        stg_f32(y + 4 * p.output_offset(flat + d, k), value);
-                        d += 1;
-                    }
-                }
-            }
-            e += BLOCK_THREADS;
-        }
+        crate::by_mode!(p.epilogue, MODE => store::<MODE>(p, &t, block, tile, thread, smem, y));
     }
 }

@@ -21,6 +21,7 @@ pub struct Window {
 
 pub mod depthwise;
 pub mod direct;
+pub mod epilogue;
 pub mod fft;
 pub mod fft_gemm;
 pub mod igemm;

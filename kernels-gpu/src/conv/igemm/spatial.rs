@@ -310,14 +310,16 @@ impl IgemmSpatialParams {
         ((oh < self.out_h) & (ow < self.out_w)).then_some(oh * self.out_w + ow)
     }
 
-    /// Element offset of output `column` of `block`'s column tile in `image`'s output plane,
-    /// if the column exists.
+    /// Output `column` of `block`'s column tile, if it exists: its channel `k` (in the groups'
+    /// order) and the element offset of the plane of `image` it is stored in.
     #[inline(always)]
-    pub fn output_plane(&self, t: &IgemmTile, block: BlockCoords, image: u32, column: u32) -> Option<u64> {
+    pub fn output_plane(&self, t: &IgemmTile, block: BlockCoords, image: u32, column: u32) -> Option<(u32, u64)> {
         let c = &self.conv;
         let column = block.column_tile * t.bn() + column;
         let k = block.block_group * c.block_outputs + column;
-        (column < c.block_outputs).then(|| (image as u64 * c.out_channels as u64 + k as u64) * c.out_plane as u64)
+        let stored = c.epilogue.out_channel(k);
+        (column < c.block_outputs)
+            .then(|| (k, (image as u64 * c.out_channels as u64 + stored as u64) * c.out_plane as u64))
     }
 }
 
@@ -328,6 +330,7 @@ pub(crate) mod device {
         device::{copy_input, copy_weights, split},
     };
     use super::{IgemmSpatialParams, TileSource};
+    use crate::conv::epilogue::PLAIN;
     use crate::prelude::*;
 
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
@@ -450,7 +453,7 @@ pub(crate) mod device {
             stage ^= 1;
             cc += 1;
             if cc == chunks {
-                store(p, &t, y, item, lane, warp, &acc);
+                store(p, &t, y, item, lane, warp, &mut acc);
                 acc = [[[0.0f32; 4]; NT]; MT];
                 cc = 0;
                 item += step;
@@ -458,8 +461,9 @@ pub(crate) mod device {
         }
     }
 
-    /// Stores work item `item`'s accumulators: accumulator e of tile (i, j) is pixel g (+8) of
-    /// m-tile i and output 2t (+1) of n-tile j.
+    /// Stores work item `item`'s accumulators (and leaves them rotated: the caller zeroes them
+    /// next): accumulator e of tile (i, j) is pixel g (+8) of m-tile i and output 2t (+1) of
+    /// n-tile j.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn store<const MT: usize, const NT: usize>(
@@ -469,22 +473,64 @@ pub(crate) mod device {
         item: u32,
         lane: u32,
         warp: u32,
-        acc: &[[[f32; 4]; NT]; MT],
+        acc: &mut [[[f32; 4]; NT]; MT],
+    ) {
+        crate::by_mode!(p.conv.epilogue, MODE => store_as::<MT, NT, MODE>(p, t, y, item, lane, warp, acc));
+    }
+
+    /// [`store`] through the epilogue of mode `MODE` ([`crate::by_mode`]); leaves `acc`
+    /// rotated (the caller zeroes it next).
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn store_as<const MT: usize, const NT: usize, const MODE: u32>(
+        p: &IgemmSpatialParams,
+        t: &IgemmTile,
+        y: u64,
+        item: u32,
+        lane: u32,
+        warp: u32,
+        acc: &mut [[[f32; 4]; NT]; MT],
     ) {
         let (block, tile) = p.work_item(item);
         let origin = p.origin(t, tile);
-        for j in 0..NT {
+        let ep = &p.conv.epilogue;
+        // Accumulators of n-tile j: 2 outputs of the lane, 2 x MT pixels each.
+        let store_tile = #[inline(always)]
+        |j: u32, acc: &[[f32; 4]; MT]| {
             for odd in 0..2 {
-                let (_, column) = t.acc_position(lane, warp, 0, j as u32, odd as u32);
-                let Some(plane) = p.output_plane(t, block, origin.image, column) else { continue };
+                let (_, column) = t.acc_position(lane, warp, 0, j, odd as u32);
+                let Some((k, plane)) = p.output_plane(t, block, origin.image, column) else { continue };
+                let bias = if MODE == PLAIN { 0.0 } else { ep.load_bias(k) };
                 for i in 0..MT {
                     for upper in 0..2 {
-                        let (m, _) = t.acc_position(lane, warp, i as u32, j as u32, 2 * upper as u32);
+                        let (m, _) = t.acc_position(lane, warp, i as u32, j, 2 * upper as u32);
                         if let Some(at) = p.output_pixel(t, &origin, m) {
-                            stg_f32(y + 4 * (plane + at as u64), acc[i][j][2 * upper + odd]);
+                            let at = plane + at as u64;
+                            stg_f32(y + 4 * at, ep.finish_as::<MODE>(acc[i][2 * upper + odd], bias, at));
                         }
                     }
                 }
+            }
+        };
+        let by_n_tile = |acc: &[[[f32; 4]; NT]; MT], j: usize| core::array::from_fn::<_, MT, _>(|i| acc[i][j]);
+        if MODE == PLAIN {
+            for j in 0..NT {
+                store_tile(j as u32, &by_n_tile(acc, j));
+            }
+        } else {
+            // An epilogue's code in every n-tile kept LLVM from unrolling this loop (up to 8
+            // n-tiles, inside the loop over work items), and a rolled loop indexed the
+            // accumulators at run time (local memory): each step stores n-tile 0 and rotates
+            // the next into its place.
+            let mut j = 0;
+            while j < crate::opaque(NT as u32) {
+                store_tile(j, &by_n_tile(acc, 0));
+                for i in 0..MT {
+                    for jj in 1..NT {
+                        acc[i][jj - 1] = acc[i][jj];
+                    }
+                }
+                j += 1;
             }
         }
     }

@@ -1,0 +1,303 @@
+//! The fused epilogue: what happens to an output between its accumulator and memory. A bias
+//! per output channel, an activation, a residual add (`y = act(acc + bias[k]) + residual`),
+//! and where each output channel is stored: in the groups' order, or shuffled across groups
+//! (ShuffleNet's channel shuffle, with no pass of its own). Every direct-style kernel (direct,
+//! depthwise, implicit GEMM) applies it in registers before its store; [`EPILOGUE_KERNEL`]
+//! applies it as a pass of its own after algorithms that cannot fuse it (the FFT paths, cuDNN).
+//!
+//! Everything here compiles for the host too: the host's tests run [`Activation::apply`] and
+//! [`EpilogueParams::out_channel`], the very code the kernels run.
+
+use crate::MagicDiv;
+use bytemuck::{Pod, Zeroable};
+
+/// An activation applied after the bias. NaN passes through every one of them.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Activation {
+    #[default]
+    Identity = 0,
+    /// `max(v, 0)`.
+    Relu = 1,
+    /// `min(max(v, 0), 6)` (MobileNet).
+    Relu6 = 2,
+    /// `v · sigmoid(v)` (EfficientNet's swish).
+    Silu = 3,
+    /// `0.5 v (1 + tanh(√(2/π) (v + 0.044715 v³)))`, PyTorch's `gelu(approximate="tanh")`.
+    GeluTanh = 4,
+}
+
+/// `√(2/π)`, the GELU approximation's scale.
+const GELU_SCALE: f32 = 0.797_884_6;
+/// The GELU approximation's cubic coefficient.
+const GELU_CUBIC: f32 = 0.044_715;
+/// `1 / ln 2`: `e^v = 2^(v / ln 2)`.
+const LOG2_E: f32 = core::f32::consts::LOG2_E;
+
+impl Activation {
+    pub const ALL: [Activation; 5] =
+        [Activation::Identity, Activation::Relu, Activation::Relu6, Activation::Silu, Activation::GeluTanh];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Activation::Identity => "identity",
+            Activation::Relu => "relu",
+            Activation::Relu6 => "relu6",
+            Activation::Silu => "silu",
+            Activation::GeluTanh => "gelu-tanh",
+        }
+    }
+
+    /// The activation a kernel parameter names (unknown values: identity).
+    #[inline(always)]
+    pub const fn from_u32(v: u32) -> Self {
+        match v {
+            1 => Activation::Relu,
+            2 => Activation::Relu6,
+            3 => Activation::Silu,
+            4 => Activation::GeluTanh,
+            _ => Activation::Identity,
+        }
+    }
+
+    /// The largest slope of the function: an error in its input grows by at most this much
+    /// (SiLU's is 1.0998, GELU-tanh's 1.1289).
+    pub const fn max_slope(self) -> f64 {
+        match self {
+            Activation::Identity | Activation::Relu | Activation::Relu6 => 1.0,
+            Activation::Silu => 1.1,
+            Activation::GeluTanh => 1.13,
+        }
+    }
+
+    /// The activation in f32. SiLU and GELU-tanh are both `v · sigmoid(z)` (GELU-tanh's
+    /// `0.5 (1 + tanh u)` is `sigmoid(2u)`): no cancellation near 0, an error of a few units
+    /// of `2^-24 |v|` with the GPU's `ex2.approx` and `rcp.approx`, and `-∞` gives NaN as
+    /// `v · sigmoid(v)` does. Kernels call it with the activation a compile-time constant
+    /// ([`by_mode`]), so that the `match` folds away.
+    #[inline(always)]
+    pub fn apply(self, v: f32) -> f32 {
+        // `v < 0` is false for NaN, which therefore passes through.
+        let relu = if v < 0.0 { 0.0 } else { v };
+        match self {
+            Activation::Identity => v,
+            Activation::Relu => relu,
+            Activation::Relu6 => {
+                if relu > 6.0 {
+                    6.0
+                } else {
+                    relu
+                }
+            }
+            Activation::Silu | Activation::GeluTanh => {
+                let z = if self == Activation::Silu { v } else { 2.0 * GELU_SCALE * v * (1.0 + GELU_CUBIC * v * v) };
+                v * crate::recip(1.0 + crate::exp2(-z * LOG2_E))
+            }
+        }
+    }
+
+    /// Whether its code is long (an exponential and a reciprocal): kernels then store their
+    /// outputs in a rolled loop (see `direct.rs`).
+    pub const fn is_long(self) -> bool {
+        matches!(self, Activation::Silu | Activation::GeluTanh)
+    }
+}
+
+/// The store mode of an epilogue with nothing to apply (see [`EpilogueParams::mode`]).
+pub const PLAIN: u32 = u32::MAX;
+
+/// `$body` with `$mode` a compile-time constant: the epilogue's [`EpilogueParams::mode`]. A
+/// kernel's store code is thus compiled once per activation, each copy free of a per-output
+/// `match` (with one, the depthwise kernel, issue-bound, took 16-37% longer with bias and ReLU).
+#[macro_export]
+macro_rules! by_mode {
+    ($epilogue:expr, $mode:ident => $body:expr) => {
+        match $epilogue.mode() {
+            0 => {
+                const $mode: u32 = 0;
+                $body
+            }
+            1 => {
+                const $mode: u32 = 1;
+                $body
+            }
+            2 => {
+                const $mode: u32 = 2;
+                $body
+            }
+            3 => {
+                const $mode: u32 = 3;
+                $body
+            }
+            4 => {
+                const $mode: u32 = 4;
+                $body
+            }
+            _ => {
+                const $mode: u32 = $crate::conv::epilogue::PLAIN;
+                $body
+            }
+        }
+    };
+}
+
+/// The epilogue of one launch, inside each direct-style kernel's parameters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct EpilogueParams {
+    /// Device address of `K` biases, by output channel in the groups' order
+    /// (`group * k_per_group + k`); 0: none.
+    pub bias: u64,
+    /// Device address of a tensor of the output's shape and layout, added last; 0: none.
+    pub residual: u64,
+    /// An [`Activation`] as `u32`.
+    pub activation: u32,
+    /// Output channel `k` of group `g` is stored as channel `g · group_step + k ·
+    /// channel_step` of its image: `(k_per_group, 1)` keeps the groups' order, `(1, groups)`
+    /// shuffles them (channel `k · groups + g`).
+    pub group_step: u32,
+    pub channel_step: u32,
+    /// Keeps the struct free of implicit padding.
+    pub _pad: u32,
+    /// Divides an output channel by `k_per_group`: (group, channel in group).
+    pub k_per_group: MagicDiv,
+}
+
+impl EpilogueParams {
+    /// No bias, no activation, no residual, the groups' order.
+    pub fn plain(k_per_group: u32) -> Self {
+        let k_per_group = MagicDiv::new(k_per_group.max(1)).expect("non-zero");
+        EpilogueParams {
+            bias: 0,
+            residual: 0,
+            activation: Activation::Identity as u32,
+            group_step: k_per_group.divisor,
+            channel_step: 1,
+            _pad: 0,
+            k_per_group,
+        }
+    }
+
+    /// Whether stores go to the output as the accumulators hold it (nothing to apply).
+    #[inline(always)]
+    pub fn is_plain(&self) -> bool {
+        self.bias == 0 && self.residual == 0 && self.activation == Activation::Identity as u32
+    }
+
+    /// The channel of its image where output channel `k` (in the groups' order) is stored.
+    #[inline(always)]
+    pub fn out_channel(&self, k: u32) -> u32 {
+        let (group, k_in_group) = self.k_per_group.div_rem(k);
+        group * self.group_step + k_in_group * self.channel_step
+    }
+
+    /// `act(v + bias) + residual`: the bias and residual as loaded (0 where there are none).
+    #[inline(always)]
+    pub fn apply(&self, v: f32, bias: f32, residual: f32) -> f32 {
+        Activation::from_u32(self.activation).apply(v + bias) + residual
+    }
+
+    /// [`PLAIN`] where there is nothing to apply, else the activation as `u32`.
+    #[inline(always)]
+    pub fn mode(&self) -> u32 {
+        if self.is_plain() { PLAIN } else { self.activation }
+    }
+}
+
+/// Entry point of the stand-alone epilogue pass ([`EpiloguePassParams`]).
+pub const EPILOGUE_KERNEL: &str = "epilogue_pass";
+
+/// Parameters of [`EPILOGUE_KERNEL`]: reads a convolution's output in the groups' order, NCHW,
+/// and writes it through the epilogue. A block walks output planes `gridDim.x` apart, its
+/// threads the plane's elements. In place (`src == dst`) when the epilogue keeps the order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct EpiloguePassParams {
+    pub src: u64,
+    pub dst: u64,
+    /// Output planes, `n * K`.
+    pub planes: u64,
+    /// Elements per output plane (`out_h * out_w`).
+    pub plane: u32,
+    /// Output channels `K`.
+    pub channels: u32,
+    pub epilogue: EpilogueParams,
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod device {
+    use super::{Activation, EpilogueParams, EpiloguePassParams, PLAIN};
+    use crate::prelude::*;
+
+    impl EpilogueParams {
+        /// `v` through the epilogue of mode `MODE` (this one's [`EpilogueParams::mode`], a
+        /// compile-time constant: [`by_mode`]) for output element `offset`.
+        #[inline(always)]
+        pub fn finish_as<const MODE: u32>(&self, v: f32, bias: f32, offset: u64) -> f32 {
+            if MODE == PLAIN {
+                return v;
+            }
+            let residual = ldg_nc_f32_if(self.residual != 0, to_global(self.residual) + 4 * offset);
+            Activation::from_u32(MODE).apply(v + bias) + residual
+        }
+
+        /// Four adjacent outputs of one channel from `offset` on (a multiple of 4).
+        #[inline(always)]
+        pub fn finish4_as<const MODE: u32>(&self, v: [f32; 4], bias: f32, offset: u64) -> [f32; 4] {
+            if MODE == PLAIN {
+                return v;
+            }
+            let residual = ldg_nc_f32x4_if(self.residual != 0, to_global(self.residual) + 4 * offset);
+            let act = Activation::from_u32(MODE);
+            [0, 1, 2, 3].map(|i| act.apply(v[i] + bias) + residual[i])
+        }
+
+        /// The bias of output channel `k`, 0 without one.
+        #[inline(always)]
+        pub fn load_bias(&self, k: u32) -> f32 {
+            if self.bias != 0 { ldg_nc_f32(to_global(self.bias) + 4 * k as u64) } else { 0.0 }
+        }
+
+        /// `v` through the epilogue, for output element `offset` (where it is stored).
+        #[inline(always)]
+        pub fn finish(&self, v: f32, bias: f32, offset: u64) -> f32 {
+            if self.is_plain() {
+                return v;
+            }
+            let residual = if self.residual != 0 { ldg_nc_f32(to_global(self.residual) + 4 * offset) } else { 0.0 };
+            self.apply(v, bias, residual)
+        }
+
+        /// Four adjacent outputs of one channel from `offset` on (a multiple of 4).
+        #[inline(always)]
+        pub fn finish4(&self, v: [f32; 4], bias: f32, offset: u64) -> [f32; 4] {
+            if self.is_plain() {
+                return v;
+            }
+            let residual =
+                if self.residual != 0 { ldg_nc_f32x4(to_global(self.residual) + 4 * offset) } else { [0.0; 4] };
+            [0, 1, 2, 3].map(|i| self.apply(v[i], bias, residual[i]))
+        }
+    }
+
+    /// A block per output plane at a time: its channel and destination once, then the
+    /// plane's elements one per thread.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn epilogue_pass(p: EpiloguePassParams) {
+        let (src, dst) = (to_global(p.src), to_global(p.dst));
+        let (channels, plane) = (p.channels as u64, p.plane as u64);
+        let mut q = block_idx_x() as u64;
+        while q < p.planes {
+            let (image, k) = (q / channels, (q % channels) as u32);
+            let to = (image * channels + p.epilogue.out_channel(k) as u64) * plane;
+            let bias = p.epilogue.load_bias(k);
+            let mut i = thread_idx_x() as u64;
+            while i < plane {
+                let v = ld_global_f32(src + 4 * (q * plane + i));
+                stg_f32(dst + 4 * (to + i), p.epilogue.finish(v, bias, to + i));
+                i += block_dim_x() as u64;
+            }
+            q += grid_dim_x() as u64;
+        }
+    }
+}
