@@ -14,8 +14,11 @@ use convkit::{
     harness::reference::{cpu_reference, host_uniform},
 };
 use kernels_gpu::{
-    conv::igemm::{
-        BLOCK_THREADS, Chunk, IGEMM_FWD_VARIANTS, IgemmTile, PixelTile, Precision, STORE_VECTORS, WARPS, spatial,
+    conv::{
+        epilogue::PLAIN,
+        igemm::{
+            BLOCK_THREADS, Chunk, IGEMM_FWD_VARIANTS, IgemmTile, PixelTile, Precision, STORE_VECTORS, WARPS, spatial,
+        },
     },
     verify::Tolerance,
 };
@@ -258,9 +261,10 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile) {
                     for j in 0..nt {
                         for e in 0..4 {
                             let (m, n) = tile.acc_position(lane, warp, i, j, e);
-                            let (Some((_, plane)), Some(at)) =
-                                (sp.output_plane(tile, block, origin.image, n), sp.output_pixel(tile, &origin, m))
-                            else {
+                            let (Some((_, plane)), Some(at)) = (
+                                sp.output_plane::<PLAIN>(tile, block, origin.image, n),
+                                sp.output_pixel(tile, &origin, m),
+                            ) else {
                                 continue;
                             };
                             let offset = plane + at as u64;

@@ -29,14 +29,15 @@ use std::{collections::BTreeMap, path::PathBuf, process::Command};
 
 /// Every entry point the host launches, with the size of the one struct it takes.
 fn kernels() -> Vec<(&'static str, usize)> {
-    let mut all: Vec<_> = DIRECT_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DirectFwdParams>())).collect();
+    let direct = DIRECT_FWD_VARIANTS.iter().flat_map(|t| [t.name, t.fused]);
+    let mut all: Vec<_> = direct.map(|name| (name, size_of::<DirectFwdParams>())).collect();
     all.extend(DEPTHWISE_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DepthwiseFwdParams>())));
-    all.extend(IGEMM_FWD_VARIANTS.iter().map(|t| {
+    all.extend(IGEMM_FWD_VARIANTS.iter().flat_map(|t| {
         let params = match t.pixels {
             PixelTile::Flat => size_of::<IgemmFwdParams>(),
             PixelTile::Spatial { .. } => size_of::<IgemmSpatialParams>(),
         };
-        (t.name, params)
+        [(t.name, params), (t.fused, params)]
     }));
     all.push((PACK_KERNEL, size_of::<IgemmPackParams>()));
     all.push((EPILOGUE_KERNEL, size_of::<EpiloguePassParams>()));

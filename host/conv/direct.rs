@@ -6,6 +6,7 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use kernels_gpu::{
     MagicDiv,
     conv::direct::{BLOCK_THREADS, DIRECT_FWD_VARIANTS, DirectFwdParams, DirectTile, TileShape},
+    conv::epilogue::PLAIN,
 };
 
 /// Every tile variant the PTX holds.
@@ -145,7 +146,7 @@ pub fn forward_fused(
         let (w_ptr, _w_sync) = w.device_ptr(stream);
         let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
         (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
-        let grid = super::SplitGrid {
+        let mut grid = super::SplitGrid {
             kernel: tile.name,
             grid_x,
             total_z,
@@ -155,7 +156,7 @@ pub fn forward_fused(
         // Safety: the buffers were checked to hold exactly the shape's extents, which
         // `Conv2d::geometry` bounds to the kernel's 32-bit index arithmetic.
         epilogue.with_params(stream, conv, &geom, |e| {
-            p.epilogue = e;
+            (p.epilogue, grid.kernel) = (e, if e.mode() == PLAIN { tile.name } else { tile.fused });
             unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }
         })?;
     } // the buffers' cross-stream events are recorded here

@@ -12,6 +12,7 @@ use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels_gpu::{
     MagicDiv,
+    conv::epilogue::PLAIN,
     conv::igemm::{
         BLOCK_THREADS, IGEMM_FWD_VARIANTS, IgemmFwdParams, IgemmPackParams, IgemmTile, PACK_KERNEL, PixelTile,
         Precision, STORE_VECTORS,
@@ -340,9 +341,10 @@ pub struct IgemmPlan {
     geom: ConvGeometry,
     shape: IgemmShape,
     packed: CudaSlice<f32>,
-    /// A spatial tile's persistent grid: as many blocks as the GPU holds at once, at most one
-    /// per work item (asked of the driver once, here, not at every launch).
-    persistent_blocks: u32,
+    /// A spatial tile's persistent grids, of its plain and its fused kernel: as many blocks as
+    /// the GPU holds at once, at most one per work item (asked of the driver once, here, not at
+    /// every launch).
+    persistent_blocks: [u32; 2],
 }
 
 impl IgemmPlan {
@@ -372,14 +374,15 @@ impl IgemmPlan {
                 reason: "packed filters of more than 2^32 elements",
             });
         }
-        let persistent_blocks = match tile.pixels {
-            PixelTile::Flat => 0,
-            PixelTile::Spatial { .. } => {
-                let resident = gpu.resident_blocks(tile.name, BLOCK_THREADS, shape.smem_bytes())?.max(1);
+        // The plain and the fused kernel's persistent grids (their registers differ).
+        let mut persistent_blocks = [0; 2];
+        if let PixelTile::Spatial { .. } = tile.pixels {
+            for (blocks, kernel) in persistent_blocks.iter_mut().zip([tile.name, tile.fused]) {
+                let resident = gpu.resident_blocks(kernel, BLOCK_THREADS, shape.smem_bytes())?.max(1);
                 // Below 2^32 work items: `unsupported` checked.
-                (gpu.sm_count() * resident).min((shape.grid[0] * shape.grid[1]) as u32)
+                *blocks = (gpu.sm_count() * resident).min((shape.grid[0] * shape.grid[1]) as u32);
             }
-        };
+        }
         let packed = gpu.alloc::<f32>(len as usize)?;
         let mut plan = IgemmPlan { conv: conv.clone(), geom, shape, packed, persistent_blocks };
         plan.set_weights(gpu, stream, w)?;
@@ -448,6 +451,8 @@ impl IgemmPlan {
             let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
             // 16-byte stores read the residual in 16-byte pieces at the same offsets.
             let aligned = y_ptr.is_multiple_of(16) && (ep.residual == 0 || ep.residual.is_multiple_of(16));
+            let fused = ep.mode() != PLAIN;
+            let kernel = if fused { tile.fused } else { tile.name };
             // Safety (both): x and y hold exactly the shape's extents (checked above), which
             // `Conv2d::geometry` and `tile_unsupported` bound to the kernel's index arithmetic,
             // and the packed filters were built for this shape.
@@ -456,7 +461,7 @@ impl IgemmPlan {
                     let mut p = params(&self.conv, &self.geom, &self.shape, aligned);
                     (p.x, p.w, p.y, p.epilogue) = (x_ptr, w_ptr, y_ptr, ep);
                     let grid = super::SplitGrid {
-                        kernel: tile.name,
+                        kernel,
                         // At most 2^31 / 64 pixel tiles: `Conv2d::geometry` bounds the pixels
                         // below 2^31.
                         grid_x: self.shape.grid[0] as u32,
@@ -471,11 +476,11 @@ impl IgemmPlan {
                     (p.conv.x, p.conv.w, p.conv.y, p.conv.epilogue) = (x_ptr, w_ptr, y_ptr, ep);
                     // Persistent blocks, each walking the work items a grid apart.
                     let cfg = LaunchConfig {
-                        grid_dim: (self.persistent_blocks, 1, 1),
+                        grid_dim: (self.persistent_blocks[fused as usize], 1, 1),
                         block_dim: (BLOCK_THREADS, 1, 1),
                         shared_mem_bytes: self.shape.smem_bytes(),
                     };
-                    unsafe { gpu.launch(stream, tile.name, cfg, p) }
+                    unsafe { gpu.launch(stream, kernel, cfg, p) }
                 }
             }
         })?; // the buffers' cross-stream events are recorded here

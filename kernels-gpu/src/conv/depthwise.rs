@@ -359,7 +359,7 @@ fn store<const M: usize, const MODE: u32, B: TileBlock>(
             return;
         }
         let k = channel * M as u32 + m;
-        let out_plane = (q - channel) as u64 * M as u64 + ep.out_channel(k) as u64;
+        let out_plane = (q - channel) as u64 * M as u64 + ep.stored_channel::<MODE>(k) as u64;
         let row = (out_plane * p.out_h as u64 + oy as u64) * p.out_w as u64 + ox0 as u64;
         let act = Activation::from_u32(MODE);
         if vectors {

@@ -123,10 +123,14 @@ pub enum TileShape {
     RowWindow,
 }
 
-/// One tile shape of the direct kernel; each is its own PTX entry point.
+/// One tile shape of the direct kernel; each is two PTX entry points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirectTile {
+    /// The entry point without an epilogue.
     pub name: &'static str,
+    /// The entry point that applies an epilogue (`name` + `_fused`): apart, so that the code of
+    /// the epilogues does not cost the plain kernel registers.
+    pub fused: &'static str,
     pub shape: TileShape,
     pub k_per_thread: u32,
     pub px_per_thread: u32,
@@ -170,7 +174,13 @@ macro_rules! direct_fwd_variants {
     ($(($name:ident, $shape:ident, $kernel:ident, $kt:literal, $px:literal)),* $(,)?) => {
         /// Every tile variant in the PTX, by entry-point name.
         pub const DIRECT_FWD_VARIANTS: &[DirectTile] = &[
-            $(DirectTile { name: stringify!($name), shape: TileShape::$shape, k_per_thread: $kt, px_per_thread: $px }),*
+            $(DirectTile {
+                name: stringify!($name),
+                fused: concat!(stringify!($name), "_fused"),
+                shape: TileShape::$shape,
+                k_per_thread: $kt,
+                px_per_thread: $px,
+            }),*
         ];
 
         #[cfg(target_arch = "nvptx64")]
@@ -178,8 +188,14 @@ macro_rules! direct_fwd_variants {
             $(
                 #[unsafe(no_mangle)]
                 pub unsafe extern "ptx-kernel" fn $name(p: super::DirectFwdParams) {
-                    unsafe { super::kernel::$kernel::<$kt, $px>(&p) }
+                    unsafe { super::kernel::$kernel::<$kt, $px, false>(&p) }
                 }
+                const _: () = {
+                    #[unsafe(export_name = concat!(stringify!($name), "_fused"))]
+                    unsafe extern "ptx-kernel" fn fused(p: super::DirectFwdParams) {
+                        unsafe { super::kernel::$kernel::<$kt, $px, true>(&p) }
+                    }
+                };
             )*
         }
     };
@@ -267,7 +283,7 @@ mod kernel {
         let out_plane = p.out_plane.divisor as u64;
         let channel = |k: u32| {
             let bias = if MODE == PLAIN { 0.0 } else { ep.load_bias(k) };
-            (ep.out_channel(k) as u64 * out_plane, bias)
+            (ep.stored_channel::<MODE>(k) as u64 * out_plane, bias)
         };
         if !Activation::from_u32(MODE).is_long() {
             for kk in 0..KT {
@@ -356,7 +372,7 @@ mod kernel {
 
     /// `TileShape::Scattered`: PX pixels `BLOCK_THREADS` apart in the flat pixel range.
     #[inline(always)]
-    pub unsafe fn scattered<const KT: usize, const PX: usize>(p: &DirectFwdParams) {
+    pub unsafe fn scattered<const KT: usize, const PX: usize, const FUSED: bool>(p: &DirectFwdParams) {
         let ch = channels::<KT>(p);
         let in_plane = (p.in_h * p.in_w) as u64;
         let out_plane = p.out_plane.divisor as u64;
@@ -409,12 +425,26 @@ mod kernel {
             }
         });
 
-        crate::by_mode!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, |i| live[i].then_some(y_at[i]), &acc));
+        let at = |i: usize| live[i].then_some(y_at[i]);
+        if FUSED {
+            crate::by_mode!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, at, &acc));
+        } else {
+            let y = to_global(p.y) + 4 * ch.k_first as u64 * out_plane;
+            for i in 0..PX {
+                if live[i] {
+                    for kk in 0..KT {
+                        if (kk as u32) < ch.k_live {
+                            stg_f32(y + 4 * (y_at[i] + kk as u64 * out_plane), acc[i][kk]);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// `TileShape::RowWindow`: PX adjacent pixels of one output row; needs stride_w = dil_w = 1.
     #[inline(always)]
-    pub unsafe fn row_window<const KT: usize, const PX: usize>(p: &DirectFwdParams) {
+    pub unsafe fn row_window<const KT: usize, const PX: usize, const FUSED: bool>(p: &DirectFwdParams) {
         let ch = channels::<KT>(p);
         let in_plane = (p.in_h * p.in_w) as u64;
         let out_plane = p.out_plane.divisor as u64;
@@ -457,7 +487,20 @@ mod kernel {
             }
         });
 
-        let at = |i: usize| (live && at.ow + (i as u32) < p.out_w).then_some(y_at + i as u64);
-        crate::by_mode!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, at, &acc));
+        if FUSED {
+            let at = |i: usize| (live && at.ow + (i as u32) < p.out_w).then_some(y_at + i as u64);
+            crate::by_mode!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, at, &acc));
+        } else if live {
+            let y = to_global(p.y) + 4 * (y_at + ch.k_first as u64 * out_plane);
+            for i in 0..PX {
+                if at.ow + (i as u32) < p.out_w {
+                    for kk in 0..KT {
+                        if (kk as u32) < ch.k_live {
+                            stg_f32(y + 4 * (kk as u64 * out_plane + i as u64), acc[i][kk]);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

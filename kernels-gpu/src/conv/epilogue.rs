@@ -197,10 +197,25 @@ impl EpilogueParams {
         Activation::from_u32(self.activation).apply(v + bias) + residual
     }
 
-    /// [`PLAIN`] where there is nothing to apply, else the activation as `u32`.
+    /// Whether every output channel is stored where it is (the groups' order, or a shuffle
+    /// that moves nothing: one group, or one channel per group).
+    #[inline(always)]
+    pub fn keeps_order(&self) -> bool {
+        self.channel_step == 1 || self.k_per_group.divisor == 1
+    }
+
+    /// [`PLAIN`] where there is nothing to apply and nothing to move, else the activation as
+    /// `u32`.
     #[inline(always)]
     pub fn mode(&self) -> u32 {
-        if self.is_plain() { PLAIN } else { self.activation }
+        if self.is_plain() && self.keeps_order() { PLAIN } else { self.activation }
+    }
+
+    /// [`Self::out_channel`] in a store of mode `MODE` (a compile-time constant): `k` itself in
+    /// a [`PLAIN`] one, which thus stores as a kernel without an epilogue does.
+    #[inline(always)]
+    pub fn stored_channel<const MODE: u32>(&self, k: u32) -> u32 {
+        if MODE == PLAIN { k } else { self.out_channel(k) }
     }
 }
 

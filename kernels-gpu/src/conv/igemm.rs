@@ -283,7 +283,12 @@ pub enum PixelTile {
 /// One variant: precision and tile (each is its own PTX entry point).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IgemmTile {
+    /// The entry point without an epilogue.
     pub name: &'static str,
+    /// The entry point that applies an epilogue (`name` + `_fused`): apart, so that the code of
+    /// the epilogues does not cost the plain kernel registers (the spatial tiles' rose by up
+    /// to 60 with both in one kernel).
+    pub fused: &'static str,
     pub precision: Precision,
     pub pixels: PixelTile,
     /// m16 tiles per warp: `BM = 64 * m_tiles`.
@@ -298,7 +303,7 @@ impl IgemmTile {
     /// The tile a kernel instance computes (its name is the entry point's, not needed there).
     pub const fn of_kernel(split: bool, pixels: PixelTile, m_tiles: u32, n_tiles: u32, k_steps: u32) -> Self {
         let precision = if split { Precision::Tf32x3 } else { Precision::Tf32 };
-        IgemmTile { name: "", precision, pixels, m_tiles, n_tiles, k_steps }
+        IgemmTile { name: "", fused: "", precision, pixels, m_tiles, n_tiles, k_steps }
     }
 
     /// Pixels per block.
@@ -465,6 +470,23 @@ impl IgemmTile {
     }
 }
 
+/// A variant's two entry points: plain, and `_fused` (with an epilogue).
+#[cfg(target_arch = "nvptx64")]
+macro_rules! igemm_entries {
+    ($name:ident, $params:ty, $($body:ident)::+, [$($generic:tt)*]) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: $params) {
+            $($body)::+::<$($generic)*, false>(&p)
+        }
+        const _: () = {
+            #[unsafe(export_name = concat!(stringify!($name), "_fused"))]
+            unsafe extern "ptx-kernel" fn fused(p: $params) {
+                $($body)::+::<$($generic)*, true>(&p)
+            }
+        };
+    };
+}
+
 macro_rules! igemm_fwd_variants {
     (
         flat: $(($tf:ident, $x3:ident, $mt:literal, $nt:literal, $ks:literal)),* $(,)?;
@@ -472,14 +494,24 @@ macro_rules! igemm_fwd_variants {
     ) => {
         /// Every variant in the PTX, by entry-point name: each tile in TF32, then in 3xTF32.
         pub const IGEMM_FWD_VARIANTS: &[IgemmTile] = &[
-            $(IgemmTile { name: stringify!($tf), ..IgemmTile::of_kernel(false, PixelTile::Flat, $mt, $nt, $ks) },)*
-            $(IgemmTile { name: stringify!($x3), ..IgemmTile::of_kernel(true, PixelTile::Flat, $mt, $nt, $ks) },)*
+            $(IgemmTile {
+                name: stringify!($tf),
+                fused: concat!(stringify!($tf), "_fused"),
+                ..IgemmTile::of_kernel(false, PixelTile::Flat, $mt, $nt, $ks)
+            },)*
+            $(IgemmTile {
+                name: stringify!($x3),
+                fused: concat!(stringify!($x3), "_fused"),
+                ..IgemmTile::of_kernel(true, PixelTile::Flat, $mt, $nt, $ks)
+            },)*
             $(IgemmTile {
                 name: stringify!($stf),
+                fused: concat!(stringify!($stf), "_fused"),
                 ..IgemmTile::of_kernel(false, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1)
             },)*
             $(IgemmTile {
                 name: stringify!($sx3),
+                fused: concat!(stringify!($sx3), "_fused"),
                 ..IgemmTile::of_kernel(true, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1)
             },)*
         ];
@@ -487,24 +519,12 @@ macro_rules! igemm_fwd_variants {
         #[cfg(target_arch = "nvptx64")]
         mod entry {
             $(
-                #[unsafe(no_mangle)]
-                pub unsafe extern "ptx-kernel" fn $tf(p: super::IgemmFwdParams) {
-                    super::device::convolve::<$mt, $nt, $ks, false>(&p)
-                }
-                #[unsafe(no_mangle)]
-                pub unsafe extern "ptx-kernel" fn $x3(p: super::IgemmFwdParams) {
-                    super::device::convolve::<$mt, $nt, $ks, true>(&p)
-                }
+                igemm_entries!($tf, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, false]);
+                igemm_entries!($x3, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, true]);
             )*
             $(
-                #[unsafe(no_mangle)]
-                pub unsafe extern "ptx-kernel" fn $stf(p: super::spatial::IgemmSpatialParams) {
-                    super::spatial::device::convolve::<$smt, $snt, $cols, false>(&p)
-                }
-                #[unsafe(no_mangle)]
-                pub unsafe extern "ptx-kernel" fn $sx3(p: super::spatial::IgemmSpatialParams) {
-                    super::spatial::device::convolve::<$smt, $snt, $cols, true>(&p)
-                }
+                igemm_entries!($stf, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, false]);
+                igemm_entries!($sx3, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, true]);
             )*
         }
     };
@@ -612,7 +632,7 @@ pub(crate) mod device {
             let flat = tile * t.bm() + 4 * quad;
             if column < p.block_outputs && flat < p.batch_pixels {
                 let k = block.block_group * p.block_outputs + column;
-                let stored_k = ep.out_channel(k);
+                let stored_k = ep.stored_channel::<MODE>(k);
                 let bias = if MODE == PLAIN { 0.0 } else { ep.load_bias(k) };
                 let v = ld_shared_f32x4(smem + 4 * t.out_slot(4 * quad, n));
                 if vectors && flat + 4 <= p.batch_pixels {
@@ -636,7 +656,9 @@ pub(crate) mod device {
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    pub fn convolve<const MT: usize, const NT: usize, const KS: usize, const SPLIT: bool>(p: &IgemmFwdParams) {
+    pub fn convolve<const MT: usize, const NT: usize, const KS: usize, const SPLIT: bool, const FUSED: bool>(
+        p: &IgemmFwdParams,
+    ) {
         let t = IgemmTile::of_kernel(SPLIT, PixelTile::Flat, MT as u32, NT as u32, KS as u32);
         let thread = thread_idx_x();
         let (lane, warp) = (thread % 32, thread / 32);
@@ -743,6 +765,10 @@ pub(crate) mod device {
             }
         }
         sync_threads();
-        crate::by_mode!(p.epilogue, MODE => store::<MODE>(p, &t, block, tile, thread, smem, y));
+        if FUSED {
+            crate::by_mode!(p.epilogue, MODE => store::<MODE>(p, &t, block, tile, thread, smem, y));
+        } else {
+            store::<PLAIN>(p, &t, block, tile, thread, smem, y);
+        }
     }
 }

@@ -311,13 +311,20 @@ impl IgemmSpatialParams {
     }
 
     /// Output `column` of `block`'s column tile, if it exists: its channel `k` (in the groups'
-    /// order) and the element offset of the plane of `image` it is stored in.
+    /// order) and the element offset of the plane of `image` it is stored in by a store of
+    /// epilogue mode `MODE`.
     #[inline(always)]
-    pub fn output_plane(&self, t: &IgemmTile, block: BlockCoords, image: u32, column: u32) -> Option<(u32, u64)> {
+    pub fn output_plane<const MODE: u32>(
+        &self,
+        t: &IgemmTile,
+        block: BlockCoords,
+        image: u32,
+        column: u32,
+    ) -> Option<(u32, u64)> {
         let c = &self.conv;
         let column = block.column_tile * t.bn() + column;
         let k = block.block_group * c.block_outputs + column;
-        let stored = c.epilogue.out_channel(k);
+        let stored = c.epilogue.stored_channel::<MODE>(k);
         (column < c.block_outputs)
             .then(|| (k, (image as u64 * c.out_channels as u64 + stored as u64) * c.out_plane as u64))
     }
@@ -336,7 +343,9 @@ pub(crate) mod device {
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    pub fn convolve<const MT: usize, const NT: usize, const COLS: u32, const SPLIT: bool>(p: &IgemmSpatialParams) {
+    pub fn convolve<const MT: usize, const NT: usize, const COLS: u32, const SPLIT: bool, const FUSED: bool>(
+        p: &IgemmSpatialParams,
+    ) {
         let t = IgemmTile::of_kernel(SPLIT, PixelTile::Spatial { cols: COLS }, MT as u32, NT as u32, 1);
         let c = &p.conv;
         let thread = thread_idx_x();
@@ -453,7 +462,11 @@ pub(crate) mod device {
             stage ^= 1;
             cc += 1;
             if cc == chunks {
-                store(p, &t, y, item, lane, warp, &mut acc);
+                if FUSED {
+                    crate::by_mode!(p.conv.epilogue, MODE => store::<MT, NT, MODE>(p, &t, y, item, lane, warp, &mut acc));
+                } else {
+                    store::<MT, NT, PLAIN>(p, &t, y, item, lane, warp, &mut acc);
+                }
                 acc = [[[0.0f32; 4]; NT]; MT];
                 cc = 0;
                 item += step;
@@ -461,28 +474,12 @@ pub(crate) mod device {
         }
     }
 
-    /// Stores work item `item`'s accumulators (and leaves them rotated: the caller zeroes them
-    /// next): accumulator e of tile (i, j) is pixel g (+8) of m-tile i and output 2t (+1) of
-    /// n-tile j.
+    /// Stores work item `item`'s accumulators through the epilogue of mode `MODE`
+    /// ([`crate::by_mode`]), and leaves them rotated (the caller zeroes them next): accumulator
+    /// e of tile (i, j) is pixel g (+8) of m-tile i and output 2t (+1) of n-tile j.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    fn store<const MT: usize, const NT: usize>(
-        p: &IgemmSpatialParams,
-        t: &IgemmTile,
-        y: u64,
-        item: u32,
-        lane: u32,
-        warp: u32,
-        acc: &mut [[[f32; 4]; NT]; MT],
-    ) {
-        crate::by_mode!(p.conv.epilogue, MODE => store_as::<MT, NT, MODE>(p, t, y, item, lane, warp, acc));
-    }
-
-    /// [`store`] through the epilogue of mode `MODE` ([`crate::by_mode`]); leaves `acc`
-    /// rotated (the caller zeroes it next).
-    #[allow(clippy::needless_range_loop)]
-    #[inline(always)]
-    fn store_as<const MT: usize, const NT: usize, const MODE: u32>(
+    fn store<const MT: usize, const NT: usize, const MODE: u32>(
         p: &IgemmSpatialParams,
         t: &IgemmTile,
         y: u64,
@@ -499,7 +496,7 @@ pub(crate) mod device {
         |j: u32, acc: &[[f32; 4]; MT]| {
             for odd in 0..2 {
                 let (_, column) = t.acc_position(lane, warp, 0, j, odd as u32);
-                let Some((k, plane)) = p.output_plane(t, block, origin.image, column) else { continue };
+                let Some((k, plane)) = p.output_plane::<MODE>(t, block, origin.image, column) else { continue };
                 let bias = if MODE == PLAIN { 0.0 } else { ep.load_bias(k) };
                 for i in 0..MT {
                     for upper in 0..2 {
