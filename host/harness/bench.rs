@@ -44,7 +44,7 @@ use kernels_gpu::{
     verify::{CompareStats, Tolerance},
 };
 use serde::Serialize;
-use std::{sync::Arc, time::Instant};
+use std::{rc::Rc, sync::Arc, time::Instant};
 
 /// Device memory the tiled FFT convolution's filter spectra may take, per copy of the weights.
 const FFT_GEMM_PLAN_LIMIT: usize = 1 << 30;
@@ -338,7 +338,7 @@ enum Runner<'g> {
     Direct(DirectTile),
     Depthwise(DepthwiseTile),
     /// One plan per copy of the weights in the arena.
-    Igemm(Vec<IgemmPlan>),
+    Igemm(Rc<Vec<IgemmPlan>>),
     /// One plan per copy of the weights in the arena.
     Fft(Vec<FftConvPlan>),
     FftGemm(Vec<FftGemmPlan>),
@@ -583,7 +583,7 @@ impl<'g> Bench<'g> {
                     plans.push(IgemmPlan::new(gpu, &self.stream, conv, &tile, &w)?);
                 }
                 let (bytes, groups_per_block) = (plans[0].plan_bytes(), plans[0].shape().groups_per_block);
-                let runner = Runner::Igemm(plans);
+                let runner = Runner::Igemm(Rc::new(plans));
                 let stats = env.validate(&runner, &truth, igemm::tolerance(conv, &geom, &tile))?;
                 let class = igemm::class(precision);
                 let notes = format!("{} mma, {groups_per_block} groups per block", precision.name());
@@ -633,14 +633,8 @@ impl<'g> Bench<'g> {
                 let inner = match &runners[i] {
                     Runner::Direct(tile) => Runner::Direct(*tile),
                     Runner::Depthwise(tile) => Runner::Depthwise(*tile),
-                    Runner::Igemm(plans) => {
-                        let mut copies = Vec::with_capacity(plans.len());
-                        for set in 0..env.arena.sets {
-                            let (_, w, _) = env.arena.set(set);
-                            copies.push(IgemmPlan::new(gpu, &self.stream, conv, &plans[0].shape().tile, &w)?);
-                        }
-                        Runner::Igemm(copies)
-                    }
+                    // The plain candidate's packed filters, shared.
+                    Runner::Igemm(plans) => Runner::Igemm(plans.clone()),
                     _ => continue,
                 };
                 let bound = match &inner {

@@ -348,7 +348,7 @@ fn store<const M: usize, const MODE: u32, B: TileBlock>(
     [oy0, ox0]: [u32; 2],
     acc: &[[[f32; PX as usize]; RY as usize]; M],
 ) {
-    use super::epilogue::{Activation, PLAIN};
+    use super::epilogue::{Activation, EpilogueParams, PLAIN};
     let ep = &p.epilogue;
     // Output channel c·M + m of the plane's image, stored where the epilogue puts it.
     let channel = p.channels.div_rem(q).1;
@@ -365,7 +365,7 @@ fn store<const M: usize, const MODE: u32, B: TileBlock>(
         if vectors {
             if MODE != PLAIN {
                 let res = b.residual4(ep.residual != 0, row);
-                v = [0, 1, 2, 3].map(|i| act.apply(v[i] + bias) + res[i]);
+                v = [0, 1, 2, 3].map(|i| EpilogueParams::apply_as(act, v[i], bias, res[i]));
             }
             b.write_y4(row, v);
         } else {
@@ -374,7 +374,7 @@ fn store<const M: usize, const MODE: u32, B: TileBlock>(
                     let at = row + i as u64;
                     if MODE != PLAIN {
                         let res = b.residual(ep.residual != 0, at);
-                        v[i] = act.apply(v[i] + bias) + res;
+                        v[i] = EpilogueParams::apply_as(act, v[i], bias, res);
                     }
                     b.write_y(at, v[i]);
                 }

@@ -425,10 +425,12 @@ mod kernel {
             }
         });
 
-        let at = |i: usize| live[i].then_some(y_at[i]);
         if FUSED {
+            let at = |i: usize| live[i].then_some(y_at[i]);
             crate::by_mode!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, at, &acc));
         } else {
+            // The stores as before the epilogue: through `store::<PLAIN>` the plain kernels held
+            // more registers (rows_k8_p4 109 against 90).
             let y = to_global(p.y) + 4 * ch.k_first as u64 * out_plane;
             for i in 0..PX {
                 if live[i] {
@@ -491,6 +493,7 @@ mod kernel {
             let at = |i: usize| (live && at.ow + (i as u32) < p.out_w).then_some(y_at + i as u64);
             crate::by_mode!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, at, &acc));
         } else if live {
+            // As in `scattered`: the stores as before the epilogue.
             let y = to_global(p.y) + 4 * (y_at + ch.k_first as u64 * out_plane);
             for i in 0..PX {
                 if at.ow + (i as u32) < p.out_w {

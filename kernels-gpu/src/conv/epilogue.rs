@@ -194,7 +194,13 @@ impl EpilogueParams {
     /// `act(v + bias) + residual`: the bias and residual as loaded (0 where there are none).
     #[inline(always)]
     pub fn apply(&self, v: f32, bias: f32, residual: f32) -> f32 {
-        Activation::from_u32(self.activation).apply(v + bias) + residual
+        Self::apply_as(Activation::from_u32(self.activation), v, bias, residual)
+    }
+
+    /// [`Self::apply`] with the activation given, e.g. from a compile-time mode ([`by_mode`]).
+    #[inline(always)]
+    pub fn apply_as(activation: Activation, v: f32, bias: f32, residual: f32) -> f32 {
+        activation.apply(v + bias) + residual
     }
 
     /// Whether every output channel is stored where it is (the groups' order, or a shuffle
@@ -253,7 +259,7 @@ mod device {
                 return v;
             }
             let residual = ldg_nc_f32_if(self.residual != 0, to_global(self.residual) + 4 * offset);
-            Activation::from_u32(MODE).apply(v + bias) + residual
+            Self::apply_as(Activation::from_u32(MODE), v, bias, residual)
         }
 
         /// Four adjacent outputs of one channel from `offset` on (a multiple of 4).
@@ -264,7 +270,7 @@ mod device {
             }
             let residual = ldg_nc_f32x4_if(self.residual != 0, to_global(self.residual) + 4 * offset);
             let act = Activation::from_u32(MODE);
-            [0, 1, 2, 3].map(|i| act.apply(v[i] + bias) + residual[i])
+            [0, 1, 2, 3].map(|i| Self::apply_as(act, v[i], bias, residual[i]))
         }
 
         /// The bias of output channel `k`, 0 without one.
@@ -273,7 +279,8 @@ mod device {
             if self.bias != 0 { ldg_nc_f32(to_global(self.bias) + 4 * k as u64) } else { 0.0 }
         }
 
-        /// `v` through the epilogue, for output element `offset` (where it is stored).
+        /// `v` through the epilogue, its mode read at run time (the stand-alone pass), for
+        /// output element `offset` (where it is stored).
         #[inline(always)]
         pub fn finish(&self, v: f32, bias: f32, offset: u64) -> f32 {
             if self.is_plain() {
@@ -281,17 +288,6 @@ mod device {
             }
             let residual = if self.residual != 0 { ldg_nc_f32(to_global(self.residual) + 4 * offset) } else { 0.0 };
             self.apply(v, bias, residual)
-        }
-
-        /// Four adjacent outputs of one channel from `offset` on (a multiple of 4).
-        #[inline(always)]
-        pub fn finish4(&self, v: [f32; 4], bias: f32, offset: u64) -> [f32; 4] {
-            if self.is_plain() {
-                return v;
-            }
-            let residual =
-                if self.residual != 0 { ldg_nc_f32x4(to_global(self.residual) + 4 * offset) } else { [0.0; 4] };
-            [0, 1, 2, 3].map(|i| self.apply(v[i], bias, residual[i]))
         }
     }
 
