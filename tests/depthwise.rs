@@ -28,7 +28,8 @@ struct CpuTileBlock<'a> {
     w: &'a [f32],
     y: &'a mut [f32],
     written: &'a mut [bool],
-    bias: &'a [f32],
+    /// The epilogue's bias, where it has one.
+    bias: Option<&'a [f32]>,
     residual: &'a [f32],
 }
 
@@ -83,7 +84,7 @@ impl TileBlock for CpuTileBlock<'_> {
     }
 
     fn bias(&mut self, k: u32) -> f32 {
-        self.bias[k as usize]
+        self.bias.map_or(0.0, |bias| bias[k as usize])
     }
 
     fn residual4(&mut self, load: bool, offset: u64) -> [f32; 4] {
@@ -133,7 +134,7 @@ fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: b
                 w: &w,
                 y: &mut y,
                 written: &mut written,
-                bias: &bias,
+                bias: epilogue.bias.then_some(&bias[..]),
                 residual: &residual,
             };
             let run = program::<CpuTileBlock>(tile.name).expect("every variant has a program");

@@ -35,8 +35,7 @@ impl Epilogue {
     /// The kernels' parameters for `conv` (addresses 0: filled in at launch).
     pub fn params(&self, conv: &Conv2d, geom: &ConvGeometry) -> EpilogueParams {
         // `Conv2d::geometry` bounds K and G to 32 bits.
-        let mut p = EpilogueParams::plain(geom.k_per_group as u32);
-        p.activation = self.activation as u32;
+        let mut p = EpilogueParams::plain(geom.k_per_group as u32).with_activation(self.activation);
         if self.shuffle {
             (p.group_step, p.channel_step) = (1, conv.groups as u32);
         }

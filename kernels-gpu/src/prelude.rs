@@ -375,6 +375,16 @@ pub fn ldg_nc_f32_if(load: bool, global_addr: u64) -> f32 {
     v
 }
 
+/// `st.global.f32` where `store`, without a branch (a store loop's per-element bounds test
+/// otherwise becomes a branch around each store and its epilogue).
+#[inline(always)]
+pub fn stg_f32_if(store: bool, global_addr: u64, v: f32) {
+    unsafe {
+        asm!("{{ .reg .pred p; setp.ne.u32 p, {c}, 0; @p st.global.f32 [{a}], {v}; }}",
+            c = in(reg32) store as u32, a = in(reg64) global_addr, v = in(reg32) v, options(nostack))
+    };
+}
+
 /// [`ldg_nc_f32x4`] where `load`, else zeros, without a branch; `global_addr` 16-byte aligned.
 #[inline(always)]
 pub fn ldg_nc_f32x4_if(load: bool, global_addr: u64) -> [f32; 4] {

@@ -222,7 +222,7 @@ direct_fwd_variants!(
 #[allow(clippy::needless_range_loop)]
 mod kernel {
     use super::{BlockCoords, DirectFwdParams};
-    use crate::conv::epilogue::{Activation, PLAIN};
+    use crate::conv::epilogue::{PLAIN, SMOOTH};
     use crate::prelude::*;
     use core::intrinsics::fmaf32;
 
@@ -269,31 +269,44 @@ mod kernel {
         }
     }
 
-    /// Stores a thread's outputs through the epilogue of mode `MODE` ([`by_mode`]): `at(i)` is
-    /// pixel `i`'s offset in its image's output channel 0, where it exists. Channel by channel,
-    /// so that one channel's offset and bias are live at a time.
+    /// The epilogue's biases of the block's `KT` output channels (0 where there is no bias or
+    /// no channel), loaded before the tap loop so that their latency hides behind it: loaded
+    /// at the store, a 3x3 depthwise layer waited on them once per thread and took up to
+    /// twice as long fused.
+    #[inline(always)]
+    fn biases<const KT: usize>(p: &DirectFwdParams, ch: &Channels) -> [f32; KT] {
+        let mut bias = [0.0f32; KT];
+        for kk in 0..KT {
+            if (kk as u32) < ch.k_live {
+                bias[kk] = p.epilogue.load_bias(ch.k_first + kk as u32);
+            }
+        }
+        bias
+    }
+
+    /// Stores a thread's outputs through the epilogue of mode `MODE` ([`by_class`]): `at(i)` is
+    /// whether pixel `i` exists and its offset in its image's output channel 0. Channel by
+    /// channel, so that one channel's offset is live at a time; stores and residual loads
+    /// predicated, not branched around.
     #[inline(always)]
     fn store<const KT: usize, const PX: usize, const MODE: u32>(
         p: &DirectFwdParams,
         ch: &Channels,
-        at: impl Fn(usize) -> Option<u64>,
+        at: impl Fn(usize) -> (bool, u64),
+        bias: &[f32; KT],
         acc: &[[f32; KT]; PX],
     ) {
         let (y, ep) = (to_global(p.y), &p.epilogue);
         let out_plane = p.out_plane.divisor as u64;
-        let channel = |k: u32| {
-            let bias = if MODE == PLAIN { 0.0 } else { ep.load_bias(k) };
-            (ep.stored_channel::<MODE>(k) as u64 * out_plane, bias)
-        };
-        if !Activation::from_u32(MODE).is_long() {
+        let plane_at = |k: u32| ep.stored_channel::<MODE>(k) as u64 * out_plane;
+        if MODE != SMOOTH {
             for kk in 0..KT {
                 if (kk as u32) < ch.k_live {
-                    let (plane_at, bias) = channel(ch.k_first + kk as u32);
+                    let plane_at = plane_at(ch.k_first + kk as u32);
                     for i in 0..PX {
-                        if let Some(at) = at(i) {
-                            let at = at + plane_at;
-                            stg_f32(y + 4 * at, ep.finish_as::<MODE>(acc[i][kk], bias, at));
-                        }
+                        let (live, at) = at(i);
+                        let at = at + plane_at;
+                        stg_f32_if(live, y + 4 * at, ep.finish_as::<MODE>(acc[i][kk], bias[kk], at, live));
                     }
                 }
             }
@@ -302,18 +315,38 @@ mod kernel {
         // The long activations' code at each of 32 outputs keeps LLVM from unrolling the loop
         // above, and a rolled loop indexes the accumulators at run time (local memory). Here
         // every step stores channel 0 and rotates the next into its place: constant indices.
-        let mut acc = *acc;
+        let (mut acc, mut bias) = (*acc, *bias);
+        if KT == 1 {
+            // One channel: pixel by pixel, so that one activation is in flight at a time (all
+            // PX at once took rows_k1_p8 from 40 registers to 52, for every mode of the entry).
+            let plane_at = plane_at(ch.k_first);
+            let mut pixels: [(bool, u64); PX] = core::array::from_fn(&at);
+            let mut i = 0;
+            while i < crate::opaque(PX as u32) {
+                let (live, at) = pixels[0];
+                let at = at + plane_at;
+                stg_f32_if(live, y + 4 * at, ep.finish_as::<MODE>(acc[0][0], bias[0], at, live));
+                for j in 1..PX {
+                    acc[j - 1] = acc[j];
+                    pixels[j - 1] = pixels[j];
+                }
+                i += 1;
+            }
+            return;
+        }
         let mut kk = 0;
         while kk < crate::opaque(ch.k_live) {
-            let (plane_at, bias) = channel(ch.k_first + kk);
+            let plane_at = plane_at(ch.k_first + kk);
             for i in 0..PX {
-                if let Some(at) = at(i) {
-                    let at = at + plane_at;
-                    stg_f32(y + 4 * at, ep.finish_as::<MODE>(acc[i][0], bias, at));
-                }
+                let (live, at) = at(i);
+                let at = at + plane_at;
+                stg_f32_if(live, y + 4 * at, ep.finish_as::<MODE>(acc[i][0], bias[0], at, live));
                 for j in 1..KT {
                     acc[i][j - 1] = acc[i][j];
                 }
+            }
+            for j in 1..KT {
+                bias[j - 1] = bias[j];
             }
             kk += 1;
         }
@@ -398,6 +431,7 @@ mod kernel {
             iw0[i] = px.ow.wrapping_mul(p.window.stride_w) as i32 - p.window.pad_w;
         }
 
+        let bias = if FUSED { biases::<KT>(p, &ch) } else { [0.0; KT] };
         let mut acc = [[0.0f32; KT]; PX];
         stream_taps::<KT>(p, &ch, |c, r, s, mut w_addr, run| {
             // Row validity and address are hoisted out of the run.
@@ -426,8 +460,8 @@ mod kernel {
         });
 
         if FUSED {
-            let at = |i: usize| live[i].then_some(y_at[i]);
-            crate::by_mode!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, at, &acc));
+            let at = |i: usize| (live[i], y_at[i]);
+            crate::by_class!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, at, &bias, &acc));
         } else {
             // The stores as before the epilogue: through `store::<PLAIN>` the plain kernels held
             // more registers (rows_k8_p4 109 against 90).
@@ -459,6 +493,7 @@ mod kernel {
         let ih0 = at.oh.wrapping_mul(p.window.stride_h) as i32 - p.window.pad_h;
         let iw0 = at.ow as i32 - p.window.pad_w;
 
+        let bias = if FUSED { biases::<KT>(p, &ch) } else { [0.0; KT] };
         let mut acc = [[0.0f32; KT]; PX];
         stream_taps::<KT>(p, &ch, |c, r, s, mut w_addr, run| {
             let ih = ih0 + (r * p.window.dil_h) as i32;
@@ -490,8 +525,8 @@ mod kernel {
         });
 
         if FUSED {
-            let at = |i: usize| (live && at.ow + (i as u32) < p.out_w).then_some(y_at + i as u64);
-            crate::by_mode!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, at, &acc));
+            let at = |i: usize| (live && at.ow + (i as u32) < p.out_w, y_at + i as u64);
+            crate::by_class!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, at, &bias, &acc));
         } else if live {
             // As in `scattered`: the stores as before the epilogue.
             let y = to_global(p.y) + 4 * (y_at + ch.k_first as u64 * out_plane);

@@ -73,70 +73,105 @@ impl Activation {
     /// The activation in f32. SiLU and GELU-tanh are both `v · sigmoid(z)` (GELU-tanh's
     /// `0.5 (1 + tanh u)` is `sigmoid(2u)`): no cancellation near 0, an error of a few units
     /// of `2^-24 |v|` with the GPU's `ex2.approx` and `rcp.approx`, and `-∞` gives NaN as
-    /// `v · sigmoid(v)` does. Kernels call it with the activation a compile-time constant
-    /// ([`by_mode`]), so that the `match` folds away.
+    /// `v · sigmoid(v)` does.
     #[inline(always)]
     pub fn apply(self, v: f32) -> f32 {
-        // `v < 0` is false for NaN, which therefore passes through.
-        let relu = if v < 0.0 { 0.0 } else { v };
-        match self {
-            Activation::Identity => v,
-            Activation::Relu => relu,
-            Activation::Relu6 => {
-                if relu > 6.0 {
-                    6.0
-                } else {
-                    relu
-                }
-            }
-            Activation::Silu | Activation::GeluTanh => {
-                let z = if self == Activation::Silu { v } else { 2.0 * GELU_SCALE * v * (1.0 + GELU_CUBIC * v * v) };
-                v * crate::recip(1.0 + crate::exp2(-z * LOG2_E))
-            }
+        let gelu = self == Activation::GeluTanh;
+        if self.class() == CLAMP {
+            activate::<CLAMP>(v, self.bounds(), gelu)
+        } else {
+            activate::<SMOOTH>(v, self.bounds(), gelu)
         }
     }
 
-    /// Whether its code is long (an exponential and a reciprocal): kernels then store their
-    /// outputs in a rolled loop (see `direct.rs`).
-    pub const fn is_long(self) -> bool {
-        matches!(self, Activation::Silu | Activation::GeluTanh)
+    /// The store mode whose code computes this activation: [`CLAMP`] or [`SMOOTH`].
+    #[inline(always)]
+    pub const fn class(self) -> u32 {
+        match self {
+            Activation::Identity | Activation::Relu | Activation::Relu6 => CLAMP,
+            Activation::Silu | Activation::GeluTanh => SMOOTH,
+        }
+    }
+
+    /// A clamping activation's `[low, high]` (the smooth ones': unbounded, unused).
+    #[inline(always)]
+    pub const fn bounds(self) -> [f32; 2] {
+        match self {
+            Activation::Relu => [0.0, f32::INFINITY],
+            Activation::Relu6 => [0.0, 6.0],
+            _ => [f32::NEG_INFINITY, f32::INFINITY],
+        }
     }
 }
+
+/// The code of the activations of class `CLASS` (a compile-time constant), told which one by
+/// values a kernel reads from its parameters: a kernel thus holds one copy of its store code
+/// per class, not per activation (six copies in a persistent tensor-core tile took up to 16
+/// registers more than one), and the bounds stay in the constant bank, not in registers held
+/// across the kernel (selected from the activation in the kernel, LLVM hoisted them: 46 more
+/// registers).
+#[inline(always)]
+pub fn activate<const CLASS: u32>(v: f32, [low, high]: [f32; 2], gelu: bool) -> f32 {
+    if CLASS == CLAMP {
+        // Comparisons, not `max`/`min`: false for NaN, which therefore passes through.
+        if v < low {
+            low
+        } else if v > high {
+            high
+        } else {
+            v
+        }
+    } else {
+        let z = if gelu { 2.0 * GELU_SCALE * v * (1.0 + GELU_CUBIC * v * v) } else { v };
+        v * crate::recip(1.0 + crate::exp2(-z * LOG2_E))
+    }
+}
+
+/// The store mode of the clamping activations: identity, ReLU and ReLU6, `low ≤ v ≤ high`.
+pub const CLAMP: u32 = 0;
+/// The store mode of the smooth activations: SiLU and GELU-tanh, `v · sigmoid(z)`. Their code
+/// is long (an exponential and a reciprocal): kernels store in rolled loops (see `direct.rs`).
+pub const SMOOTH: u32 = 1;
 
 /// The store mode of an epilogue with nothing to apply (see [`EpilogueParams::mode`]).
 pub const PLAIN: u32 = u32::MAX;
 
 /// `$body` with `$mode` a compile-time constant: the epilogue's [`EpilogueParams::mode`]. A
-/// kernel's store code is thus compiled once per activation, each copy free of a per-output
-/// `match` (with one, the depthwise kernel, issue-bound, took 16-37% longer with bias and ReLU).
+/// kernel's store code is thus compiled once per class of activation ([`CLAMP`], [`SMOOTH`])
+/// and once [`PLAIN`], each copy free of a per-output `match` (with one, the depthwise kernel,
+/// issue-bound, took 16-37% longer with bias and ReLU).
 #[macro_export]
 macro_rules! by_mode {
     ($epilogue:expr, $mode:ident => $body:expr) => {
         match $epilogue.mode() {
-            0 => {
-                const $mode: u32 = 0;
+            $crate::conv::epilogue::CLAMP => {
+                const $mode: u32 = $crate::conv::epilogue::CLAMP;
                 $body
             }
-            1 => {
-                const $mode: u32 = 1;
-                $body
-            }
-            2 => {
-                const $mode: u32 = 2;
-                $body
-            }
-            3 => {
-                const $mode: u32 = 3;
-                $body
-            }
-            4 => {
-                const $mode: u32 = 4;
+            $crate::conv::epilogue::SMOOTH => {
+                const $mode: u32 = $crate::conv::epilogue::SMOOTH;
                 $body
             }
             _ => {
                 const $mode: u32 = $crate::conv::epilogue::PLAIN;
                 $body
             }
+        }
+    };
+}
+
+/// [`by_mode`] in an entry point that only runs epilogues with something to apply (a
+/// `NAME_fused` one): [`CLAMP`] and [`SMOOTH`] only (a plain epilogue, never sent here, would
+/// go through `CLAMP` as identity). A third copy of the store code cost rows_k1_p8 3 registers.
+#[macro_export]
+macro_rules! by_class {
+    ($epilogue:expr, $mode:ident => $body:expr) => {
+        if $epilogue.mode() == $crate::conv::epilogue::SMOOTH {
+            const $mode: u32 = $crate::conv::epilogue::SMOOTH;
+            $body
+        } else {
+            const $mode: u32 = $crate::conv::epilogue::CLAMP;
+            $body
         }
     };
 }
@@ -157,6 +192,9 @@ pub struct EpilogueParams {
     /// shuffles them (channel `k · groups + g`).
     pub group_step: u32,
     pub channel_step: u32,
+    /// The activation's [`Activation::bounds`] as `f32` bits (the struct stays `Eq`).
+    pub low: u32,
+    pub high: u32,
     /// Keeps the struct free of implicit padding.
     pub _pad: u32,
     /// Divides an output channel by `k_per_group`: (group, channel in group).
@@ -170,12 +208,21 @@ impl EpilogueParams {
         EpilogueParams {
             bias: 0,
             residual: 0,
-            activation: Activation::Identity as u32,
+            activation: 0,
             group_step: k_per_group.divisor,
             channel_step: 1,
+            low: 0,
+            high: 0,
             _pad: 0,
             k_per_group,
         }
+        .with_activation(Activation::Identity)
+    }
+
+    /// These parameters with `activation` (and its bounds).
+    pub fn with_activation(self, activation: Activation) -> Self {
+        let [low, high] = activation.bounds();
+        EpilogueParams { activation: activation as u32, low: low.to_bits(), high: high.to_bits(), ..self }
     }
 
     /// Whether stores go to the output as the accumulators hold it (nothing to apply).
@@ -194,13 +241,19 @@ impl EpilogueParams {
     /// `act(v + bias) + residual`: the bias and residual as loaded (0 where there are none).
     #[inline(always)]
     pub fn apply(&self, v: f32, bias: f32, residual: f32) -> f32 {
-        Self::apply_as(Activation::from_u32(self.activation), v, bias, residual)
+        if self.mode() == SMOOTH {
+            self.apply_in::<SMOOTH>(v, bias, residual)
+        } else {
+            self.apply_in::<CLAMP>(v, bias, residual)
+        }
     }
 
-    /// [`Self::apply`] with the activation given, e.g. from a compile-time mode ([`by_mode`]).
+    /// [`Self::apply`] in a store of mode `MODE` (a compile-time constant, this one's
+    /// [`Self::mode`]; not [`PLAIN`]).
     #[inline(always)]
-    pub fn apply_as(activation: Activation, v: f32, bias: f32, residual: f32) -> f32 {
-        activation.apply(v + bias) + residual
+    pub fn apply_in<const MODE: u32>(&self, v: f32, bias: f32, residual: f32) -> f32 {
+        let bounds = [f32::from_bits(self.low), f32::from_bits(self.high)];
+        activate::<MODE>(v + bias, bounds, self.activation == Activation::GeluTanh as u32) + residual
     }
 
     /// Whether every output channel is stored where it is (the groups' order, or a shuffle
@@ -210,11 +263,11 @@ impl EpilogueParams {
         self.channel_step == 1 || self.k_per_group.divisor == 1
     }
 
-    /// [`PLAIN`] where there is nothing to apply and nothing to move, else the activation as
-    /// `u32`.
+    /// [`PLAIN`] where there is nothing to apply and nothing to move, else the activation's
+    /// [`Activation::class`].
     #[inline(always)]
     pub fn mode(&self) -> u32 {
-        if self.is_plain() && self.keeps_order() { PLAIN } else { self.activation }
+        if self.is_plain() && self.keeps_order() { PLAIN } else { Activation::from_u32(self.activation).class() }
     }
 
     /// [`Self::out_channel`] in a store of mode `MODE` (a compile-time constant): `k` itself in
@@ -247,19 +300,20 @@ pub struct EpiloguePassParams {
 
 #[cfg(target_arch = "nvptx64")]
 mod device {
-    use super::{Activation, EpilogueParams, EpiloguePassParams, PLAIN};
+    use super::{EpilogueParams, EpiloguePassParams, PLAIN};
     use crate::prelude::*;
 
     impl EpilogueParams {
         /// `v` through the epilogue of mode `MODE` (this one's [`EpilogueParams::mode`], a
-        /// compile-time constant: [`by_mode`]) for output element `offset`.
+        /// compile-time constant: [`by_mode`]) for output element `offset`, whose residual is
+        /// read only where `live` (the element exists).
         #[inline(always)]
-        pub fn finish_as<const MODE: u32>(&self, v: f32, bias: f32, offset: u64) -> f32 {
+        pub fn finish_as<const MODE: u32>(&self, v: f32, bias: f32, offset: u64, live: bool) -> f32 {
             if MODE == PLAIN {
                 return v;
             }
-            let residual = ldg_nc_f32_if(self.residual != 0, to_global(self.residual) + 4 * offset);
-            Self::apply_as(Activation::from_u32(MODE), v, bias, residual)
+            let residual = ldg_nc_f32_if(live && self.residual != 0, to_global(self.residual) + 4 * offset);
+            self.apply_in::<MODE>(v, bias, residual)
         }
 
         /// Four adjacent outputs of one channel from `offset` on (a multiple of 4).
@@ -269,14 +323,13 @@ mod device {
                 return v;
             }
             let residual = ldg_nc_f32x4_if(self.residual != 0, to_global(self.residual) + 4 * offset);
-            let act = Activation::from_u32(MODE);
-            [0, 1, 2, 3].map(|i| Self::apply_as(act, v[i], bias, residual[i]))
+            [0, 1, 2, 3].map(|i| self.apply_in::<MODE>(v[i], bias, residual[i]))
         }
 
         /// The bias of output channel `k`, 0 without one.
         #[inline(always)]
         pub fn load_bias(&self, k: u32) -> f32 {
-            if self.bias != 0 { ldg_nc_f32(to_global(self.bias) + 4 * k as u64) } else { 0.0 }
+            ldg_nc_f32_if(self.bias != 0, to_global(self.bias) + 4 * k as u64)
         }
 
         /// `v` through the epilogue, its mode read at run time (the stand-alone pass), for

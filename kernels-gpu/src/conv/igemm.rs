@@ -613,7 +613,7 @@ pub(crate) mod device {
 
     /// The epilogue of a flat tile: the accumulators are in shared memory at [`IgemmTile::out_slot`];
     /// a thread stores 4 adjacent pixels of one output channel at a time, through the
-    /// epilogue of mode `MODE` ([`crate::by_mode`]).
+    /// epilogue of mode `MODE` ([`crate::by_class`]).
     #[inline(always)]
     fn store<const MODE: u32>(
         p: &IgemmFwdParams,
@@ -644,7 +644,7 @@ pub(crate) mod device {
                     while d < 4 && flat + d < p.batch_pixels {
                         let value = ld_shared_f32(smem + 4 * t.out_slot(4 * quad + d, n));
                         let at = p.output_offset(flat + d, stored_k);
-                        stg_f32(y + 4 * at, ep.finish_as::<MODE>(value, bias, at));
+                        stg_f32(y + 4 * at, ep.finish_as::<MODE>(value, bias, at, true));
                         d += 1;
                     }
                 }
@@ -766,7 +766,7 @@ pub(crate) mod device {
         }
         sync_threads();
         if FUSED {
-            crate::by_mode!(p.epilogue, MODE => store::<MODE>(p, &t, block, tile, thread, smem, y));
+            crate::by_class!(p.epilogue, MODE => store::<MODE>(p, &t, block, tile, thread, smem, y));
         } else {
             store::<PLAIN>(p, &t, block, tile, thread, smem, y);
         }

@@ -463,7 +463,7 @@ pub(crate) mod device {
             cc += 1;
             if cc == chunks {
                 if FUSED {
-                    crate::by_mode!(p.conv.epilogue, MODE => store::<MT, NT, MODE>(p, &t, y, item, lane, warp, &mut acc));
+                    crate::by_class!(p.conv.epilogue, MODE => store::<MT, NT, MODE>(p, &t, y, item, lane, warp, &mut acc));
                 } else {
                     store::<MT, NT, PLAIN>(p, &t, y, item, lane, warp, &mut acc);
                 }
@@ -475,7 +475,7 @@ pub(crate) mod device {
     }
 
     /// Stores work item `item`'s accumulators through the epilogue of mode `MODE`
-    /// ([`crate::by_mode`]), and leaves them rotated (the caller zeroes them next): accumulator
+    /// ([`crate::by_class`]), and leaves them rotated (the caller zeroes them next): accumulator
     /// e of tile (i, j) is pixel g (+8) of m-tile i and output 2t (+1) of n-tile j.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
@@ -503,7 +503,7 @@ pub(crate) mod device {
                         let (m, _) = t.acc_position(lane, warp, i as u32, j, 2 * upper as u32);
                         if let Some(at) = p.output_pixel(t, &origin, m) {
                             let at = plane + at as u64;
-                            stg_f32(y + 4 * at, ep.finish_as::<MODE>(acc[i][2 * upper + odd], bias, at));
+                            stg_f32(y + 4 * at, ep.finish_as::<MODE>(acc[i][2 * upper + odd], bias, at, true));
                         }
                     }
                 }
