@@ -323,6 +323,39 @@ fn mismatched_buffers_are_typed_errors() {
     }
 }
 
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cudnn_fused_bias_relu_matches_the_reference_and_checks_its_bias() {
+    let gpu = gpu();
+    let stream = gpu.stream();
+    let conv: Conv2d = "n=4,c=32,h=20,w=24,k=64,r=3,s=3,pad=1,groups=4".parse().unwrap();
+    let geom = conv.geometry().unwrap();
+    let (_, _, x, w) = inputs(&gpu, &conv, 23);
+    let bias_host = reference::host_uniform(mix(23, 3), conv.k);
+    let bias = gpu.upload(&bias_host).unwrap();
+    let plain = reference::gpu_reference(&gpu, stream, &conv, &x, &w).unwrap().download(&gpu).unwrap();
+    let epilogue = Epilogue { bias: true, activation: Activation::Relu, ..Epilogue::NONE };
+    let finished = reference::with_epilogue(&conv, &epilogue, &plain, Some(&bias_host), None).unwrap();
+    let truth = reference::GpuReference::upload(&gpu, &finished).unwrap();
+    let legacy = LegacyConv::new(&gpu, stream, &conv).unwrap();
+    let mut y = gpu.alloc::<f32>(geom.y_len).unwrap();
+    let limit = 256 << 20;
+    let mut workspace = gpu.alloc::<u8>(limit).unwrap();
+    let choices = legacy.heuristic(Math::Fma).unwrap();
+    let mut ran = 0;
+    for choice in choices.iter().filter(|c| c.workspace <= limit) {
+        gpu.poison(&mut y).unwrap();
+        legacy.forward_bias_relu(choice, &x, &w, &bias, &mut y, &mut workspace).unwrap();
+        let stats = reference::compare(&gpu, stream, &y, &truth, CUDNN_EXACT).unwrap();
+        assert!(stats.passed(), "{}: {stats:?}", choice.name());
+        ran += 1;
+    }
+    assert!(ran > 0, "no legacy algorithm fit the workspace: {choices:?}");
+    let short = gpu.alloc::<f32>(conv.k - 1).unwrap();
+    let result = legacy.forward_bias_relu(&choices[0], &x, &w, &short, &mut y, &mut workspace);
+    assert!(matches!(result, Err(Error::BufferSize { buffer: "bias", .. })), "{result:?}");
+}
+
 /// The test's kernel: a depthwise layer of about 50 MB, some tens of microseconds.
 fn timed_layer(gpu: &Gpu) -> (Conv2d, CudaSlice<f32>, CudaSlice<f32>, CudaSlice<f32>) {
     let conv: Conv2d = "n=16,c=128,h=56,k=128,r=3,pad=1,groups=128".parse().unwrap();

@@ -760,13 +760,33 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
         }
     }
     if let Some(epilogue) = &opts.epilogue {
+        let with_cudnn_fused = last.iter().any(|r| !r.cudnn_fused.is_empty());
         println!(
             "\nepilogue `{epilogue}`: each kernel plain and fused; unfused = cuDNN's best in the kernel's class plus our \
-             epilogue pass (sum of medians), what a framework without fusion runs"
+             epilogue pass (sum of medians), what a framework without fusion runs{}",
+            if with_cudnn_fused {
+                "; cuDNN fused = its fastest cudnnConvolutionBiasActivationForward in the kernel's class"
+            } else {
+                ""
+            }
         );
-        println!("| layer | kernel | plain ms | fused ms | overhead | pass ms | unfused ms | fused vs unfused |");
-        println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+        println!(
+            "| layer | kernel | plain ms | fused ms | overhead | pass ms | unfused ms | fused vs unfused |{}",
+            if with_cudnn_fused { " cuDNN fused ms | vs cuDNN fused |" } else { "" }
+        );
+        println!(
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |{}",
+            if with_cudnn_fused { " ---: | ---: |" } else { "" }
+        );
+        let (mut overheads, mut fastest_overheads) = (Vec::new(), Vec::new());
         for r in last {
+            // The layer's fastest plain kernel (of those with a fused twin) and its twin.
+            let timed = |i: usize| r.candidates[i].timing.as_ref().map(|t| t.p50);
+            let fastest =
+                r.fused.iter().filter_map(|&[p, f]| Some((timed(p)?, timed(f)?))).min_by(|a, b| a.0.total_cmp(&b.0));
+            if let Some((p, f)) = fastest {
+                fastest_overheads.push((f / p - 1.0) * 100.0);
+            }
             let pass = r.epilogue_pass.and_then(|i| r.candidates[i].timing.as_ref()).map(|t| t.p50);
             for &[plain, fused] in &r.fused {
                 let (p, f) = (&r.candidates[plain], &r.candidates[fused]);
@@ -774,18 +794,41 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
                 let theirs = r.best(p.class).and_then(|c| c.timing.as_ref()).map(|t| t.p50);
                 let unfused = theirs.zip(pass).map(|(t, pass)| t + pass);
                 let cell = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.4}"));
+                let ratio = |theirs: Option<f64>| theirs.map_or("-".to_owned(), |t| format!("{:.2}x", t / ft.p50));
+                let cudnn_fused = r.best_cudnn_fused(p.class).and_then(|c| c.timing.as_ref()).map(|t| t.p50);
+                let overhead = (ft.p50 / pt.p50 - 1.0) * 100.0;
+                overheads.push(overhead);
                 println!(
-                    "| {} | {} | {:.4} | {:.4} | {:+.1}% | {} | {} | {} |",
+                    "| {} | {} | {:.4} | {:.4} | {overhead:+.1}% | {} | {} | {} |{}",
                     r.label,
                     p.name,
                     pt.p50,
                     ft.p50,
-                    (ft.p50 / pt.p50 - 1.0) * 100.0,
                     cell(pass),
                     cell(unfused),
-                    unfused.map_or("-".to_owned(), |u| format!("{:.2}x", u / ft.p50)),
+                    ratio(unfused),
+                    if with_cudnn_fused {
+                        format!(" {} | {} |", cell(cudnn_fused), ratio(cudnn_fused))
+                    } else {
+                        String::new()
+                    },
                 );
             }
+        }
+        for (what, mut v) in
+            [("(layer, kernel) pairs", overheads), ("layers, each on its fastest kernel", fastest_overheads)]
+        {
+            if v.is_empty() {
+                continue;
+            }
+            v.sort_by(f64::total_cmp);
+            let within = v.iter().filter(|&&o| o <= 5.0).count();
+            println!(
+                "epilogue overhead over {} {what}: median {:+.1}%, worst {:+.1}%, {within} within 5%",
+                v.len(),
+                v[v.len() / 2],
+                v[v.len() - 1],
+            );
         }
     }
     if repeats > 1 {

@@ -38,6 +38,7 @@ use kernels_gpu::{
     conv::{
         depthwise::DepthwiseTile,
         direct::DirectTile,
+        epilogue::Activation,
         igemm::{IgemmTile, Precision},
     },
     random::mix,
@@ -189,6 +190,10 @@ pub struct LayerResult {
     pub fused: Vec<[usize; 2]>,
     /// With an epilogue that keeps the channel order: the stand-alone pass's index.
     pub epilogue_pass: Option<usize>,
+    /// With the epilogue `bias,relu`: cuDNN's fused convolution-bias-activation candidates
+    /// (one per legacy algorithm FindEx ran), held to the reference with the epilogue and
+    /// never counted as cuDNN's best plain convolution.
+    pub cudnn_fused: Vec<usize>,
     /// Index of cuDNN's fastest timed candidate in the exact class.
     pub best_exact: Option<usize>,
     /// Index of cuDNN's fastest timed candidate with TF32 allowed: of either class, since
@@ -265,6 +270,14 @@ impl LayerResult {
             MathClass::Fast => self.best_fast,
         };
         index.map(|i| &self.candidates[i])
+    }
+
+    /// cuDNN's fastest timed fused convolution-bias-ReLU in `class` (the fast class admits
+    /// both, as [`Self::best`] does).
+    pub fn best_cudnn_fused(&self, class: MathClass) -> Option<&Candidate> {
+        let admitted = |c: &&Candidate| class == MathClass::Fast || c.class == MathClass::Exact;
+        let timed = self.cudnn_fused.iter().map(|&i| &self.candidates[i]).filter(|c| c.timing.is_some());
+        timed.filter(admitted).min_by(|a, b| p50(a).total_cmp(&p50(b)))
     }
 
     /// cuDNN's best in `class` over ours in it (median times): above 1 we are faster.
@@ -344,6 +357,8 @@ enum Runner<'g> {
     FftGemm(Vec<FftGemmPlan>),
     Engine(EnginePlan),
     Legacy(LegacyChoice),
+    /// cuDNN's fused convolution, bias and ReLU with a legacy algorithm.
+    LegacyBiasRelu(LegacyChoice),
     Plan(Box<Plan<'g>>),
     /// A direct, depthwise or tensor-core runner with the bench's epilogue fused.
     Fused(Box<Runner<'g>>),
@@ -394,6 +409,11 @@ impl<'g> Env<'_, 'g> {
             Runner::Legacy(choice) => {
                 let legacy = self.legacy.as_ref().expect("legacy candidates come with their descriptors");
                 legacy.forward(choice, &x, &w, &mut y, self.workspace)
+            }
+            Runner::LegacyBiasRelu(choice) => {
+                let legacy = self.legacy.as_ref().expect("legacy candidates come with their descriptors");
+                let bias = self.epilogue.as_ref().and_then(|e| e.bias.as_ref()).expect("a bias, by construction");
+                legacy.forward_bias_relu(choice, &x, &w, bias, &mut y, self.workspace)
             }
             Runner::Plan(plan) => plan.forward(&x, &mut y, self.workspace),
             Runner::Fused(inner) => {
@@ -618,13 +638,18 @@ impl<'g> Bench<'g> {
         }
         // Our direct-style candidates again with the epilogue fused, and the epilogue alone.
         let (mut fused, mut epilogue_pass) = (Vec::new(), None);
-        if let Some(inputs) = &env.epilogue {
-            let plain = truth.download(gpu)?;
-            let bias = inputs.bias.as_ref().map(|b| gpu.download(b)).transpose()?;
-            let residual = inputs.residuals.first().map(|r| gpu.download(r)).transpose()?;
-            let finished =
-                reference::with_epilogue(conv, &inputs.epilogue, &plain, bias.as_deref(), residual.as_deref())?;
-            let finished = GpuReference::upload(gpu, &finished)?;
+        let finished = match &env.epilogue {
+            Some(inputs) => {
+                let plain = truth.download(gpu)?;
+                let bias = inputs.bias.as_ref().map(|b| gpu.download(b)).transpose()?;
+                let residual = inputs.residuals.first().map(|r| gpu.download(r)).transpose()?;
+                let finished =
+                    reference::with_epilogue(conv, &inputs.epilogue, &plain, bias.as_deref(), residual.as_deref())?;
+                Some(GpuReference::upload(gpu, &finished)?)
+            }
+            None => None,
+        };
+        if let (Some(inputs), Some(finished)) = (&env.epilogue, &finished) {
             let epilogue = inputs.epilogue;
             for i in 0..runners.len() {
                 if plans.contains(&i) {
@@ -642,7 +667,7 @@ impl<'g> Bench<'g> {
                     _ => Tolerance::f32_sum(geom.taps(conv) as u64),
                 };
                 let runner = Runner::Fused(Box::new(inner));
-                let stats = env.validate(&runner, &finished, bound)?;
+                let stats = env.validate(&runner, finished, bound)?;
                 let c = &candidates[i];
                 let name = format!("{}+epilogue", c.name);
                 let notes = format!("{}, {epilogue} fused", c.notes);
@@ -700,8 +725,12 @@ impl<'g> Bench<'g> {
             Err(e) => skipped.push(format!("cuDNN graph API: {e}")),
         }
 
-        // The legacy API: what FindEx can run, in both math modes.
+        // The legacy API: what FindEx can run, in both math modes; with the epilogue
+        // `bias,relu`, each of those algorithms also through cuDNN's fused call.
         let legacy = LegacyConv::new(gpu, &self.stream, conv)?;
+        let bias_relu = Epilogue { bias: true, activation: Activation::Relu, ..Epilogue::NONE };
+        let with_cudnn_fused = env.epilogue.as_ref().is_some_and(|e| e.epilogue == bias_relu);
+        let mut cudnn_fused = Vec::new();
         for math in [Math::Fma, Math::Default] {
             let (x0, w0, mut y0) = env.arena.set(0);
             match legacy.find(math, &x0, &w0, &mut y0, env.workspace) {
@@ -711,6 +740,13 @@ impl<'g> Bench<'g> {
                         let find_ms = choice.find_ms.map_or(String::new(), |ms| format!(", FindEx {ms:.3} ms"));
                         let notes = format!("{math}{tensor_ops}{find_ms}");
                         let source = Source::CudnnLegacy;
+                        if with_cudnn_fused {
+                            let notes = format!("{math}, cudnnConvolutionBiasActivationForward");
+                            let name = format!("{}+{bias_relu}", choice.name());
+                            cudnn_fused.push(candidates.len());
+                            candidates.push(Candidate::new(name, source, math.class(), notes, choice.workspace));
+                            runners.push(Runner::LegacyBiasRelu(choice));
+                        }
                         candidates.push(Candidate::new(choice.name(), source, math.class(), notes, choice.workspace));
                         runners.push(Runner::Legacy(choice));
                     }
@@ -721,14 +757,18 @@ impl<'g> Bench<'g> {
         env.legacy = Some(legacy);
 
         // Validate every cuDNN candidate, then screen it.
-        let mut fastest = [f64::INFINITY; 2]; // screened so far, by class
+        let mut fastest = [f64::INFINITY; 4]; // screened so far, by class, plain then fused
         for i in ours_count..runners.len() {
             let class = candidates[i].class;
             let bound = match class {
                 MathClass::Exact => CUDNN_EXACT,
                 MathClass::Fast => CUDNN_FAST,
             };
-            match env.validate(&runners[i], &truth, bound) {
+            let is_fused = cudnn_fused.contains(&i);
+            let truth =
+                if is_fused { finished.as_ref().expect("fused candidates come with the epilogue") } else { &truth };
+            let slot = class as usize + 2 * is_fused as usize;
+            match env.validate(&runners[i], truth, bound) {
                 Ok(stats) => {
                     candidates[i].record(&stats);
                     if !stats.passed() {
@@ -745,24 +785,28 @@ impl<'g> Bench<'g> {
             }
             let runner = &runners[i];
             let mut launch = |_: &mut GpuQueue, n: usize| env.run(runner, n);
-            match screen(&mut self.queue, self.opts.screen_reps, fastest[class as usize], &mut launch) {
+            match screen(&mut self.queue, self.opts.screen_reps, fastest[slot], &mut launch) {
                 Ok(samples) => {
                     let ms = samples.median();
-                    fastest[class as usize] = fastest[class as usize].min(ms);
+                    fastest[slot] = fastest[slot].min(ms);
                     (candidates[i].screen_ms, candidates[i].screen_host_free) = (Some(ms), samples.host_free);
                 }
                 Err(e) => candidates[i].excluded = Some(format!("failed to run: {e}")),
             }
         }
 
-        // Finalists: ours, and the fastest screened candidates of each class.
+        // Finalists: ours, and the fastest screened candidates of each class (plain and fused
+        // apart).
         let mut finalists: Vec<usize> = (0..ours_count).collect();
         for class in [MathClass::Exact, MathClass::Fast] {
-            let mut ranked: Vec<usize> = (ours_count..candidates.len())
-                .filter(|&i| candidates[i].class == class && candidates[i].screen_ms.is_some())
-                .collect();
-            ranked.sort_by(|&a, &b| candidates[a].screen_ms.unwrap().total_cmp(&candidates[b].screen_ms.unwrap()));
-            finalists.extend(ranked.into_iter().take(self.opts.finalists));
+            for fused in [false, true] {
+                let mut ranked: Vec<usize> = (ours_count..candidates.len())
+                    .filter(|&i| candidates[i].class == class && candidates[i].screen_ms.is_some())
+                    .filter(|i| cudnn_fused.contains(i) == fused)
+                    .collect();
+                ranked.sort_by(|&a, &b| candidates[a].screen_ms.unwrap().total_cmp(&candidates[b].screen_ms.unwrap()));
+                finalists.extend(ranked.into_iter().take(self.opts.finalists));
+            }
         }
         let setup_s = started.elapsed().as_secs_f64();
         let started = Instant::now();
@@ -776,7 +820,7 @@ impl<'g> Bench<'g> {
             finalists[ours_count..]
                 .iter()
                 .copied()
-                .filter(|&i| allowed.contains(&candidates[i].class))
+                .filter(|&i| allowed.contains(&candidates[i].class) && !cudnn_fused.contains(&i))
                 .min_by(|&a, &b| p50(&candidates[a]).total_cmp(&p50(&candidates[b])))
         };
         let best_exact = best(&[MathClass::Exact]);
@@ -797,6 +841,7 @@ impl<'g> Bench<'g> {
             plans,
             fused,
             epilogue_pass,
+            cudnn_fused,
             best_exact,
             best_fast,
             engine_configs,

@@ -1,12 +1,13 @@
 //! The convolution through cuDNN's legacy API (`cudnnConvolutionForward` and its 8
-//! algorithms, ranked by `cudnnFindConvolutionForwardAlgorithmEx`). Thin RAII wrappers over
-//! cudarc's bindings (its safe layer has no FindEx).
+//! algorithms, ranked by `cudnnFindConvolutionForwardAlgorithmEx`), and its fused
+//! convolution, bias and ReLU (`cudnnConvolutionBiasActivationForward`). Thin RAII wrappers
+//! over cudarc's bindings (its safe layer has no FindEx).
 
 use super::{Handle, MathClass, Operands};
 use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, error::Context};
 use cudarc::{
     cudnn::{result, sys},
-    driver::{CudaStream, DevicePtr, DevicePtrMut},
+    driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut},
 };
 use std::{ffi::c_void, fmt, sync::Arc};
 
@@ -107,6 +108,12 @@ macro_rules! owned {
 owned!(TensorDesc, sys::cudnnTensorDescriptor_t, result::destroy_tensor_descriptor);
 owned!(FilterDesc, sys::cudnnFilterDescriptor_t, result::destroy_filter_descriptor);
 owned!(ConvDesc, sys::cudnnConvolutionDescriptor_t, result::destroy_convolution_descriptor);
+owned!(ActivationDesc, sys::cudnnActivationDescriptor_t, destroy_activation_descriptor);
+
+/// cudarc's result layer has no destroy for activation descriptors.
+unsafe fn destroy_activation_descriptor(desc: sys::cudnnActivationDescriptor_t) -> Result<(), result::CudnnError> {
+    unsafe { sys::cudnnDestroyActivationDescriptor(desc) }.result()
+}
 
 /// The entries of a ranking whose algorithm can run (cuDNN lists the others with an error).
 fn successful(
@@ -120,12 +127,17 @@ pub struct LegacyConv<'g> {
     gpu: &'g Gpu,
     stream: Arc<CudaStream>,
     geom: ConvGeometry,
+    /// Output channels (the bias's length).
+    k: usize,
     // Field order is drop order: descriptors before the handle.
     x: TensorDesc,
     w: FilterDesc,
     y: TensorDesc,
     fma: ConvDesc,
     default: ConvDesc,
+    /// The fused call's bias (1 x K x 1 x 1) and activation (ReLU).
+    bias: TensorDesc,
+    relu: ActivationDesc,
     handle: Handle,
 }
 
@@ -166,7 +178,20 @@ impl<'g> LegacyConv<'g> {
                 Ok(d)
             };
             let (fma, default) = (conv_desc(Math::Fma)?, conv_desc(Math::Default)?);
-            Ok(LegacyConv { gpu, stream: stream.clone(), geom, x, w, y, fma, default, handle })
+            let bias = TensorDesc(result::create_tensor_descriptor().during("cudnnCreateTensorDescriptor")?);
+            result::set_tensor4d_descriptor(bias.0, nchw, float, [1, int(conv.k), 1, 1])
+                .during("cudnnSetTensor4dDescriptor(bias)")?;
+            let relu =
+                ActivationDesc(result::create_activation_descriptor().during("cudnnCreateActivationDescriptor")?);
+            // NaN propagated, as our epilogue does.
+            result::set_activation_descriptor(
+                relu.0,
+                sys::cudnnActivationMode_t::CUDNN_ACTIVATION_RELU,
+                sys::cudnnNanPropagation_t::CUDNN_PROPAGATE_NAN,
+                0.0,
+            )
+            .during("cudnnSetActivationDescriptor")?;
+            Ok(LegacyConv { gpu, stream: stream.clone(), geom, k: conv.k, x, w, y, fma, default, bias, relu, handle })
         }
     }
 
@@ -269,6 +294,59 @@ impl<'g> LegacyConv<'g> {
                 )
             }
             .during("cudnnConvolutionForward")?;
+        }
+        self.gpu.check_deferred()
+    }
+}
+
+impl LegacyConv<'_> {
+    /// `y = relu(conv(x, w) + bias)` in one call (`cudnnConvolutionBiasActivationForward`,
+    /// what a cuDNN user fuses); `bias` holds K values, `workspace` `choice.workspace` bytes.
+    pub fn forward_bias_relu(
+        &self,
+        choice: &LegacyChoice,
+        x: &impl DevicePtr<f32>,
+        w: &impl DevicePtr<f32>,
+        bias: &CudaSlice<f32>,
+        y: &mut impl DevicePtrMut<f32>,
+        workspace: &mut impl DevicePtrMut<u8>,
+    ) -> Result<()> {
+        if workspace.len() < choice.workspace {
+            return Err(Error::WorkspaceTooSmall { needed: choice.workspace, given: workspace.len() });
+        }
+        if bias.len() != self.k {
+            return Err(Error::BufferSize { buffer: "bias", expected: self.k, got: bias.len() });
+        }
+        super::super::check_buffers(self.gpu, &self.geom, x, w, y)?;
+        self.gpu.check_buffer("bias", bias)?;
+        {
+            let (b, _use) = bias.device_ptr(&self.stream);
+            let ops = Operands::new(&self.stream, x, w, y, workspace);
+            // alpha2 = 0: the z input (required, here the output itself) adds nothing.
+            let (alpha1, alpha2) = (1.0f32, 0.0f32);
+            unsafe {
+                result::convolution_bias_activation_forward(
+                    self.handle.0,
+                    &alpha1 as *const f32 as *const c_void,
+                    self.x.0,
+                    ops.x,
+                    self.w.0,
+                    ops.w,
+                    self.desc(choice.math),
+                    choice.algo,
+                    ops.workspace,
+                    ops.workspace_len,
+                    &alpha2 as *const f32 as *const c_void,
+                    self.y.0,
+                    ops.y,
+                    self.bias.0,
+                    b as *const c_void,
+                    self.relu.0,
+                    self.y.0,
+                    ops.y,
+                )
+            }
+            .during("cudnnConvolutionBiasActivationForward")?;
         }
         self.gpu.check_deferred()
     }
