@@ -29,7 +29,7 @@ use std::{collections::BTreeMap, path::PathBuf, process::Command};
 
 /// Every entry point the host launches, with the size of the one struct it takes.
 fn kernels() -> Vec<(&'static str, usize)> {
-    let direct = DIRECT_FWD_VARIANTS.iter().flat_map(|t| [t.name, t.fused]);
+    let direct = DIRECT_FWD_VARIANTS.iter().flat_map(|t| t.entries.all());
     let mut all: Vec<_> = direct.map(|name| (name, size_of::<DirectFwdParams>())).collect();
     all.extend(DEPTHWISE_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DepthwiseFwdParams>())));
     all.extend(IGEMM_FWD_VARIANTS.iter().flat_map(|t| {
@@ -37,7 +37,7 @@ fn kernels() -> Vec<(&'static str, usize)> {
             PixelTile::Flat => size_of::<IgemmFwdParams>(),
             PixelTile::Spatial { .. } => size_of::<IgemmSpatialParams>(),
         };
-        [(t.name, params), (t.fused, params)]
+        t.entries.all().map(|name| (name, params))
     }));
     all.push((PACK_KERNEL, size_of::<IgemmPackParams>()));
     all.push((EPILOGUE_KERNEL, size_of::<EpiloguePassParams>()));

@@ -6,7 +6,6 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use kernels_gpu::{
     MagicDiv,
     conv::direct::{BLOCK_THREADS, DIRECT_FWD_VARIANTS, DirectFwdParams, DirectTile, TileShape},
-    conv::epilogue::PLAIN,
 };
 
 /// Every tile variant the PTX holds.
@@ -156,7 +155,7 @@ pub fn forward_fused(
         // Safety: the buffers were checked to hold exactly the shape's extents, which
         // `Conv2d::geometry` bounds to the kernel's 32-bit index arithmetic.
         epilogue.with_params(stream, conv, &geom, |e| {
-            (p.epilogue, grid.kernel) = (e, if e.mode() == PLAIN { tile.name } else { tile.fused });
+            (p.epilogue, grid.kernel) = (e, tile.entries.of_mode(e.mode()));
             unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }
         })?;
     } // the buffers' cross-stream events are recorded here

@@ -12,7 +12,7 @@ use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels_gpu::{
     MagicDiv,
-    conv::epilogue::PLAIN,
+    conv::epilogue::ModeEntries,
     conv::igemm::{
         BLOCK_THREADS, IGEMM_FWD_VARIANTS, IgemmFwdParams, IgemmPackParams, IgemmTile, PACK_KERNEL, PixelTile,
         Precision, STORE_VECTORS,
@@ -344,7 +344,7 @@ pub struct IgemmPlan {
     /// A spatial tile's persistent grids, of its plain and its fused kernel: as many blocks as
     /// the GPU holds at once, at most one per work item (asked of the driver once, here, not at
     /// every launch).
-    persistent_blocks: [u32; 2],
+    persistent_blocks: [u32; 3],
 }
 
 impl IgemmPlan {
@@ -374,10 +374,10 @@ impl IgemmPlan {
                 reason: "packed filters of more than 2^32 elements",
             });
         }
-        // The plain and the fused kernel's persistent grids (their registers differ).
-        let mut persistent_blocks = [0; 2];
+        // Each entry point's persistent grid (their registers differ), by `ModeEntries::slot`.
+        let mut persistent_blocks = [0; 3];
         if let PixelTile::Spatial { .. } = tile.pixels {
-            for (blocks, kernel) in persistent_blocks.iter_mut().zip([tile.name, tile.fused]) {
+            for (blocks, kernel) in persistent_blocks.iter_mut().zip(tile.entries.all()) {
                 let resident = gpu.resident_blocks(kernel, BLOCK_THREADS, shape.smem_bytes())?.max(1);
                 // Below 2^32 work items: `unsupported` checked.
                 *blocks = (gpu.sm_count() * resident).min((shape.grid[0] * shape.grid[1]) as u32);
@@ -451,8 +451,7 @@ impl IgemmPlan {
             let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
             // 16-byte stores read the residual in 16-byte pieces at the same offsets.
             let aligned = y_ptr.is_multiple_of(16) && (ep.residual == 0 || ep.residual.is_multiple_of(16));
-            let fused = ep.mode() != PLAIN;
-            let kernel = if fused { tile.fused } else { tile.name };
+            let kernel = tile.entries.of_mode(ep.mode());
             // Safety (both): x and y hold exactly the shape's extents (checked above), which
             // `Conv2d::geometry` and `tile_unsupported` bound to the kernel's index arithmetic,
             // and the packed filters were built for this shape.
@@ -476,7 +475,7 @@ impl IgemmPlan {
                     (p.conv.x, p.conv.w, p.conv.y, p.conv.epilogue) = (x_ptr, w_ptr, y_ptr, ep);
                     // Persistent blocks, each walking the work items a grid apart.
                     let cfg = LaunchConfig {
-                        grid_dim: (self.persistent_blocks[fused as usize], 1, 1),
+                        grid_dim: (self.persistent_blocks[ModeEntries::slot(ep.mode())], 1, 1),
                         block_dim: (BLOCK_THREADS, 1, 1),
                         shared_mem_bytes: self.shape.smem_bytes(),
                     };

@@ -17,7 +17,7 @@
 //! with magic division. A launch covers at most [`super::MAX_GRID_Z`] z-indices from `z_base`
 //! on; the host issues as many launches as the packed range needs.
 
-use crate::MagicDiv;
+use crate::{MagicDiv, conv::epilogue::ModeEntries};
 use bytemuck::{Pod, Zeroable};
 
 /// Threads per block of every direct kernel.
@@ -123,14 +123,12 @@ pub enum TileShape {
     RowWindow,
 }
 
-/// One tile shape of the direct kernel; each is two PTX entry points.
+/// One tile shape of the direct kernel; each is three PTX entry points, one per store mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirectTile {
-    /// The entry point without an epilogue.
+    /// The variant's name, its plain entry point's.
     pub name: &'static str,
-    /// The entry point that applies an epilogue (`name` + `_fused`): apart, so that the code of
-    /// the epilogues does not cost the plain kernel registers.
-    pub fused: &'static str,
+    pub entries: ModeEntries,
     pub shape: TileShape,
     pub k_per_thread: u32,
     pub px_per_thread: u32,
@@ -176,7 +174,7 @@ macro_rules! direct_fwd_variants {
         pub const DIRECT_FWD_VARIANTS: &[DirectTile] = &[
             $(DirectTile {
                 name: stringify!($name),
-                fused: concat!(stringify!($name), "_fused"),
+                entries: crate::mode_entries!($name),
                 shape: TileShape::$shape,
                 k_per_thread: $kt,
                 px_per_thread: $px,
@@ -185,18 +183,7 @@ macro_rules! direct_fwd_variants {
 
         #[cfg(target_arch = "nvptx64")]
         mod entry {
-            $(
-                #[unsafe(no_mangle)]
-                pub unsafe extern "ptx-kernel" fn $name(p: super::DirectFwdParams) {
-                    unsafe { super::kernel::$kernel::<$kt, $px, false>(&p) }
-                }
-                const _: () = {
-                    #[unsafe(export_name = concat!(stringify!($name), "_fused"))]
-                    unsafe extern "ptx-kernel" fn fused(p: super::DirectFwdParams) {
-                        unsafe { super::kernel::$kernel::<$kt, $px, true>(&p) }
-                    }
-                };
-            )*
+            $(crate::mode_entry_points!($name, super::DirectFwdParams, super::kernel::$kernel, [$kt, $px]);)*
         }
     };
 }
@@ -269,10 +256,15 @@ mod kernel {
         }
     }
 
+    /// Tiles of at most this many output channels per thread load their biases before the tap
+    /// loop, so that the loads' latency hides behind it (loaded at the store, a 3x3 depthwise
+    /// layer on rows_k1_p8 waited on them once per thread and took up to twice as long fused);
+    /// wider tiles load them at the store (held through the loop, rows_k8_p4's 8 took it from
+    /// 94 registers to 106 and up to 37% longer fused).
+    const EARLY_BIAS_CHANNELS: usize = 2;
+
     /// The epilogue's biases of the block's `KT` output channels (0 where there is no bias or
-    /// no channel), loaded before the tap loop so that their latency hides behind it: loaded
-    /// at the store, a 3x3 depthwise layer waited on them once per thread and took up to
-    /// twice as long fused.
+    /// no channel).
     #[inline(always)]
     fn biases<const KT: usize>(p: &DirectFwdParams, ch: &Channels) -> [f32; KT] {
         let mut bias = [0.0f32; KT];
@@ -284,10 +276,18 @@ mod kernel {
         bias
     }
 
-    /// Stores a thread's outputs through the epilogue of mode `MODE` ([`by_class`]): `at(i)` is
-    /// whether pixel `i` exists and its offset in its image's output channel 0. Channel by
-    /// channel, so that one channel's offset is live at a time; stores and residual loads
-    /// predicated, not branched around.
+    /// [`biases`] before the tap loop where [`EARLY_BIAS_CHANNELS`] says so, else zeros (the
+    /// store loads them channel by channel).
+    #[inline(always)]
+    fn early_biases<const KT: usize, const MODE: u32>(p: &DirectFwdParams, ch: &Channels) -> [f32; KT] {
+        if MODE != PLAIN && KT <= EARLY_BIAS_CHANNELS { biases::<KT>(p, ch) } else { [0.0; KT] }
+    }
+
+    /// Stores a thread's outputs through the epilogue of mode `MODE` (the entry point's, plain
+    /// included): `at(i)` is whether pixel `i` exists and its offset in its image's output
+    /// channel 0. Channel by channel, so that one channel's offset is live at a time; stores and
+    /// residual loads predicated, not branched around (branched, the plain rows_k8_p4 held 90
+    /// registers, predicated 78).
     #[inline(always)]
     fn store<const KT: usize, const PX: usize, const MODE: u32>(
         p: &DirectFwdParams,
@@ -299,14 +299,19 @@ mod kernel {
         let (y, ep) = (to_global(p.y), &p.epilogue);
         let out_plane = p.out_plane.divisor as u64;
         let plane_at = |k: u32| ep.stored_channel::<MODE>(k) as u64 * out_plane;
+        // Channel `kk`'s bias: `early`, the one [`early_biases`] loaded, or loaded now.
+        let bias_of = |kk: u32, early: f32| {
+            if MODE == PLAIN || KT <= EARLY_BIAS_CHANNELS { early } else { ep.load_bias(ch.k_first + kk) }
+        };
         if MODE != SMOOTH {
             for kk in 0..KT {
                 if (kk as u32) < ch.k_live {
                     let plane_at = plane_at(ch.k_first + kk as u32);
+                    let bias = bias_of(kk as u32, bias[kk]);
                     for i in 0..PX {
                         let (live, at) = at(i);
                         let at = at + plane_at;
-                        stg_f32_if(live, y + 4 * at, ep.finish_as::<MODE>(acc[i][kk], bias[kk], at, live));
+                        stg_f32_if(live, y + 4 * at, ep.finish_as::<MODE>(acc[i][kk], bias, at, live));
                     }
                 }
             }
@@ -319,13 +324,13 @@ mod kernel {
         if KT == 1 {
             // One channel: pixel by pixel, so that one activation is in flight at a time (all
             // PX at once took rows_k1_p8 from 40 registers to 52, for every mode of the entry).
-            let plane_at = plane_at(ch.k_first);
+            let (plane_at, bias) = (plane_at(ch.k_first), bias_of(0, bias[0]));
             let mut pixels: [(bool, u64); PX] = core::array::from_fn(&at);
             let mut i = 0;
             while i < crate::opaque(PX as u32) {
                 let (live, at) = pixels[0];
                 let at = at + plane_at;
-                stg_f32_if(live, y + 4 * at, ep.finish_as::<MODE>(acc[0][0], bias[0], at, live));
+                stg_f32_if(live, y + 4 * at, ep.finish_as::<MODE>(acc[0][0], bias, at, live));
                 for j in 1..PX {
                     acc[j - 1] = acc[j];
                     pixels[j - 1] = pixels[j];
@@ -337,10 +342,11 @@ mod kernel {
         let mut kk = 0;
         while kk < crate::opaque(ch.k_live) {
             let plane_at = plane_at(ch.k_first + kk);
+            let bias_k = bias_of(kk, bias[0]);
             for i in 0..PX {
                 let (live, at) = at(i);
                 let at = at + plane_at;
-                stg_f32_if(live, y + 4 * at, ep.finish_as::<MODE>(acc[i][0], bias[0], at, live));
+                stg_f32_if(live, y + 4 * at, ep.finish_as::<MODE>(acc[i][0], bias_k, at, live));
                 for j in 1..KT {
                     acc[i][j - 1] = acc[i][j];
                 }
@@ -405,7 +411,7 @@ mod kernel {
 
     /// `TileShape::Scattered`: PX pixels `BLOCK_THREADS` apart in the flat pixel range.
     #[inline(always)]
-    pub unsafe fn scattered<const KT: usize, const PX: usize, const FUSED: bool>(p: &DirectFwdParams) {
+    pub unsafe fn scattered<const KT: usize, const PX: usize, const MODE: u32>(p: &DirectFwdParams) {
         let ch = channels::<KT>(p);
         let in_plane = (p.in_h * p.in_w) as u64;
         let out_plane = p.out_plane.divisor as u64;
@@ -431,7 +437,7 @@ mod kernel {
             iw0[i] = px.ow.wrapping_mul(p.window.stride_w) as i32 - p.window.pad_w;
         }
 
-        let bias = if FUSED { biases::<KT>(p, &ch) } else { [0.0; KT] };
+        let bias = early_biases::<KT, MODE>(p, &ch);
         let mut acc = [[0.0f32; KT]; PX];
         stream_taps::<KT>(p, &ch, |c, r, s, mut w_addr, run| {
             // Row validity and address are hoisted out of the run.
@@ -459,28 +465,13 @@ mod kernel {
             }
         });
 
-        if FUSED {
-            let at = |i: usize| (live[i], y_at[i]);
-            crate::by_class!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, at, &bias, &acc));
-        } else {
-            // The stores as before the epilogue: through `store::<PLAIN>` the plain kernels held
-            // more registers (rows_k8_p4 109 against 90).
-            let y = to_global(p.y) + 4 * ch.k_first as u64 * out_plane;
-            for i in 0..PX {
-                if live[i] {
-                    for kk in 0..KT {
-                        if (kk as u32) < ch.k_live {
-                            stg_f32(y + 4 * (y_at[i] + kk as u64 * out_plane), acc[i][kk]);
-                        }
-                    }
-                }
-            }
-        }
+        let at = |i: usize| (live[i], y_at[i]);
+        store::<KT, PX, MODE>(p, &ch, at, &bias, &acc);
     }
 
     /// `TileShape::RowWindow`: PX adjacent pixels of one output row; needs stride_w = dil_w = 1.
     #[inline(always)]
-    pub unsafe fn row_window<const KT: usize, const PX: usize, const FUSED: bool>(p: &DirectFwdParams) {
+    pub unsafe fn row_window<const KT: usize, const PX: usize, const MODE: u32>(p: &DirectFwdParams) {
         let ch = channels::<KT>(p);
         let in_plane = (p.in_h * p.in_w) as u64;
         let out_plane = p.out_plane.divisor as u64;
@@ -493,7 +484,7 @@ mod kernel {
         let ih0 = at.oh.wrapping_mul(p.window.stride_h) as i32 - p.window.pad_h;
         let iw0 = at.ow as i32 - p.window.pad_w;
 
-        let bias = if FUSED { biases::<KT>(p, &ch) } else { [0.0; KT] };
+        let bias = early_biases::<KT, MODE>(p, &ch);
         let mut acc = [[0.0f32; KT]; PX];
         stream_taps::<KT>(p, &ch, |c, r, s, mut w_addr, run| {
             let ih = ih0 + (r * p.window.dil_h) as i32;
@@ -524,21 +515,7 @@ mod kernel {
             }
         });
 
-        if FUSED {
-            let at = |i: usize| (live && at.ow + (i as u32) < p.out_w, y_at + i as u64);
-            crate::by_class!(p.epilogue, MODE => store::<KT, PX, MODE>(p, &ch, at, &bias, &acc));
-        } else if live {
-            // As in `scattered`: the stores as before the epilogue.
-            let y = to_global(p.y) + 4 * (y_at + ch.k_first as u64 * out_plane);
-            for i in 0..PX {
-                if at.ow + (i as u32) < p.out_w {
-                    for kk in 0..KT {
-                        if (kk as u32) < ch.k_live {
-                            stg_f32(y + 4 * (kk as u64 * out_plane + i as u64), acc[i][kk]);
-                        }
-                    }
-                }
-            }
-        }
+        let at = |i: usize| (live && at.ow + (i as u32) < p.out_w, y_at + i as u64);
+        store::<KT, PX, MODE>(p, &ch, at, &bias, &acc);
     }
 }

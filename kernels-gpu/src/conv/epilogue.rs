@@ -160,18 +160,71 @@ macro_rules! by_mode {
     };
 }
 
-/// [`by_mode`] in an entry point that only runs epilogues with something to apply (a
-/// `NAME_fused` one): [`CLAMP`] and [`SMOOTH`] only (a plain epilogue, never sent here, would
-/// go through `CLAMP` as identity). A third copy of the store code cost rows_k1_p8 3 registers.
+/// The three entry points of a direct-style variant `$name`, one per store mode: `$name`
+/// ([`PLAIN`]), `$name_clamp` ([`CLAMP`]) and `$name_smooth` ([`SMOOTH`]), each running
+/// `$body::<$generic..., MODE>`. Apart, so that no mode's code costs another registers: with
+/// the clamp and smooth stores in one kernel, rows_k8_p4 held 113 registers, each alone 78-80.
+/// (`unsafe` for bodies that are `unsafe fn`; others take it as unused.)
 #[macro_export]
-macro_rules! by_class {
-    ($epilogue:expr, $mode:ident => $body:expr) => {
-        if $epilogue.mode() == $crate::conv::epilogue::SMOOTH {
-            const $mode: u32 = $crate::conv::epilogue::SMOOTH;
-            $body
-        } else {
-            const $mode: u32 = $crate::conv::epilogue::CLAMP;
-            $body
+macro_rules! mode_entry_points {
+    ($name:ident, $params:ty, $($body:ident)::+, [$($generic:tt)*]) => {
+        #[unsafe(no_mangle)]
+        #[allow(unused_unsafe)]
+        pub unsafe extern "ptx-kernel" fn $name(p: $params) {
+            unsafe { $($body)::+::<$($generic)*, { $crate::conv::epilogue::PLAIN }>(&p) }
+        }
+        const _: () = {
+            #[unsafe(export_name = concat!(stringify!($name), "_clamp"))]
+            #[allow(unused_unsafe)]
+            unsafe extern "ptx-kernel" fn clamp(p: $params) {
+                unsafe { $($body)::+::<$($generic)*, { $crate::conv::epilogue::CLAMP }>(&p) }
+            }
+            #[unsafe(export_name = concat!(stringify!($name), "_smooth"))]
+            #[allow(unused_unsafe)]
+            unsafe extern "ptx-kernel" fn smooth(p: $params) {
+                unsafe { $($body)::+::<$($generic)*, { $crate::conv::epilogue::SMOOTH }>(&p) }
+            }
+        };
+    };
+}
+
+/// A variant's entry-point names by store mode, as [`mode_entry_points`] exports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModeEntries {
+    pub plain: &'static str,
+    pub clamp: &'static str,
+    pub smooth: &'static str,
+}
+
+impl ModeEntries {
+    /// The entry point that stores in `mode` ([`EpilogueParams::mode`]).
+    pub const fn of_mode(&self, mode: u32) -> &'static str {
+        self.all()[Self::slot(mode)]
+    }
+
+    /// The entry points, plain, clamp, smooth.
+    pub const fn all(&self) -> [&'static str; 3] {
+        [self.plain, self.clamp, self.smooth]
+    }
+
+    /// Where `mode`'s entry point is in [`Self::all`].
+    pub const fn slot(mode: u32) -> usize {
+        match mode {
+            CLAMP => 1,
+            SMOOTH => 2,
+            _ => 0,
+        }
+    }
+}
+
+/// [`ModeEntries`] of variant `$name`.
+#[macro_export]
+macro_rules! mode_entries {
+    ($name:ident) => {
+        $crate::conv::epilogue::ModeEntries {
+            plain: stringify!($name),
+            clamp: concat!(stringify!($name), "_clamp"),
+            smooth: concat!(stringify!($name), "_smooth"),
         }
     };
 }

@@ -42,7 +42,7 @@
 //! Grid: x = pixel tile, z = (block group, column tile) packed from `z_base`, unpacked with
 //! magic division; a launch covers at most [`super::MAX_GRID_Z`] z-indices.
 
-use crate::MagicDiv;
+use crate::{MagicDiv, conv::epilogue::ModeEntries};
 use bytemuck::{Pod, Zeroable};
 
 pub mod spatial;
@@ -283,12 +283,11 @@ pub enum PixelTile {
 /// One variant: precision and tile (each is its own PTX entry point).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IgemmTile {
-    /// The entry point without an epilogue.
+    /// The variant's name, its plain entry point's.
     pub name: &'static str,
-    /// The entry point that applies an epilogue (`name` + `_fused`): apart, so that the code of
-    /// the epilogues does not cost the plain kernel registers (the spatial tiles' rose by up
-    /// to 60 with both in one kernel).
-    pub fused: &'static str,
+    /// One entry point per store mode (the spatial tiles' registers rose by up to 60 with the
+    /// plain and the epilogues' stores in one kernel).
+    pub entries: ModeEntries,
     pub precision: Precision,
     pub pixels: PixelTile,
     /// m16 tiles per warp: `BM = 64 * m_tiles`.
@@ -303,7 +302,8 @@ impl IgemmTile {
     /// The tile a kernel instance computes (its name is the entry point's, not needed there).
     pub const fn of_kernel(split: bool, pixels: PixelTile, m_tiles: u32, n_tiles: u32, k_steps: u32) -> Self {
         let precision = if split { Precision::Tf32x3 } else { Precision::Tf32 };
-        IgemmTile { name: "", fused: "", precision, pixels, m_tiles, n_tiles, k_steps }
+        let entries = ModeEntries { plain: "", clamp: "", smooth: "" };
+        IgemmTile { name: "", entries, precision, pixels, m_tiles, n_tiles, k_steps }
     }
 
     /// Pixels per block.
@@ -470,23 +470,6 @@ impl IgemmTile {
     }
 }
 
-/// A variant's two entry points: plain, and `_fused` (with an epilogue).
-#[cfg(target_arch = "nvptx64")]
-macro_rules! igemm_entries {
-    ($name:ident, $params:ty, $($body:ident)::+, [$($generic:tt)*]) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(p: $params) {
-            $($body)::+::<$($generic)*, false>(&p)
-        }
-        const _: () = {
-            #[unsafe(export_name = concat!(stringify!($name), "_fused"))]
-            unsafe extern "ptx-kernel" fn fused(p: $params) {
-                $($body)::+::<$($generic)*, true>(&p)
-            }
-        };
-    };
-}
-
 macro_rules! igemm_fwd_variants {
     (
         flat: $(($tf:ident, $x3:ident, $mt:literal, $nt:literal, $ks:literal)),* $(,)?;
@@ -496,22 +479,22 @@ macro_rules! igemm_fwd_variants {
         pub const IGEMM_FWD_VARIANTS: &[IgemmTile] = &[
             $(IgemmTile {
                 name: stringify!($tf),
-                fused: concat!(stringify!($tf), "_fused"),
+                entries: crate::mode_entries!($tf),
                 ..IgemmTile::of_kernel(false, PixelTile::Flat, $mt, $nt, $ks)
             },)*
             $(IgemmTile {
                 name: stringify!($x3),
-                fused: concat!(stringify!($x3), "_fused"),
+                entries: crate::mode_entries!($x3),
                 ..IgemmTile::of_kernel(true, PixelTile::Flat, $mt, $nt, $ks)
             },)*
             $(IgemmTile {
                 name: stringify!($stf),
-                fused: concat!(stringify!($stf), "_fused"),
+                entries: crate::mode_entries!($stf),
                 ..IgemmTile::of_kernel(false, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1)
             },)*
             $(IgemmTile {
                 name: stringify!($sx3),
-                fused: concat!(stringify!($sx3), "_fused"),
+                entries: crate::mode_entries!($sx3),
                 ..IgemmTile::of_kernel(true, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1)
             },)*
         ];
@@ -519,12 +502,12 @@ macro_rules! igemm_fwd_variants {
         #[cfg(target_arch = "nvptx64")]
         mod entry {
             $(
-                igemm_entries!($tf, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, false]);
-                igemm_entries!($x3, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, true]);
+                crate::mode_entry_points!($tf, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, false]);
+                crate::mode_entry_points!($x3, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, true]);
             )*
             $(
-                igemm_entries!($stf, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, false]);
-                igemm_entries!($sx3, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, true]);
+                crate::mode_entry_points!($stf, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, false]);
+                crate::mode_entry_points!($sx3, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, true]);
             )*
         }
     };
@@ -613,7 +596,7 @@ pub(crate) mod device {
 
     /// The epilogue of a flat tile: the accumulators are in shared memory at [`IgemmTile::out_slot`];
     /// a thread stores 4 adjacent pixels of one output channel at a time, through the
-    /// epilogue of mode `MODE` ([`crate::by_class`]).
+    /// epilogue of mode `MODE` (the entry point's).
     #[inline(always)]
     fn store<const MODE: u32>(
         p: &IgemmFwdParams,
@@ -656,7 +639,7 @@ pub(crate) mod device {
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    pub fn convolve<const MT: usize, const NT: usize, const KS: usize, const SPLIT: bool, const FUSED: bool>(
+    pub fn convolve<const MT: usize, const NT: usize, const KS: usize, const SPLIT: bool, const MODE: u32>(
         p: &IgemmFwdParams,
     ) {
         let t = IgemmTile::of_kernel(SPLIT, PixelTile::Flat, MT as u32, NT as u32, KS as u32);
@@ -765,10 +748,6 @@ pub(crate) mod device {
             }
         }
         sync_threads();
-        if FUSED {
-            crate::by_class!(p.epilogue, MODE => store::<MODE>(p, &t, block, tile, thread, smem, y));
-        } else {
-            store::<PLAIN>(p, &t, block, tile, thread, smem, y);
-        }
+        store::<MODE>(p, &t, block, tile, thread, smem, y);
     }
 }

@@ -343,7 +343,7 @@ pub(crate) mod device {
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    pub fn convolve<const MT: usize, const NT: usize, const COLS: u32, const SPLIT: bool, const FUSED: bool>(
+    pub fn convolve<const MT: usize, const NT: usize, const COLS: u32, const SPLIT: bool, const MODE: u32>(
         p: &IgemmSpatialParams,
     ) {
         let t = IgemmTile::of_kernel(SPLIT, PixelTile::Spatial { cols: COLS }, MT as u32, NT as u32, 1);
@@ -462,11 +462,7 @@ pub(crate) mod device {
             stage ^= 1;
             cc += 1;
             if cc == chunks {
-                if FUSED {
-                    crate::by_class!(p.conv.epilogue, MODE => store::<MT, NT, MODE>(p, &t, y, item, lane, warp, &mut acc));
-                } else {
-                    store::<MT, NT, PLAIN>(p, &t, y, item, lane, warp, &mut acc);
-                }
+                store::<MT, NT, MODE>(p, &t, y, item, lane, warp, &mut acc);
                 acc = [[[0.0f32; 4]; NT]; MT];
                 cc = 0;
                 item += step;
@@ -475,7 +471,7 @@ pub(crate) mod device {
     }
 
     /// Stores work item `item`'s accumulators through the epilogue of mode `MODE`
-    /// ([`crate::by_class`]), and leaves them rotated (the caller zeroes them next): accumulator
+    /// (the entry point's), and leaves them rotated (the caller zeroes them next): accumulator
     /// e of tile (i, j) is pixel g (+8) of m-tile i and output 2t (+1) of n-tile j.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
