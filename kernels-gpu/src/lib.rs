@@ -127,6 +127,27 @@ pub(crate) fn recip(v: f32) -> f32 {
     1.0 / v
 }
 
+/// `v` clamped to `[low, high]` by `max.NaN` and `min.NaN` (sm_80+): two instructions, and NaN
+/// stays NaN (plain `max`/`min` would return the bound; compares and selects took four).
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+pub(crate) fn clamp_nan(v: f32, low: f32, high: f32) -> f32 {
+    let r: f32;
+    unsafe {
+        core::arch::asm!("{{ .reg .f32 t; max.NaN.f32 t, {v}, {lo}; min.NaN.f32 {r}, t, {hi}; }}",
+            r = out(reg32) r, v = in(reg32) v, lo = in(reg32) low, hi = in(reg32) high,
+            options(pure, nomem, nostack))
+    };
+    r
+}
+
+/// `v` clamped to `[low, high]`, NaN staying NaN.
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+pub(crate) fn clamp_nan(v: f32, low: f32, high: f32) -> f32 {
+    if v.is_nan() { v } else { v.max(low).min(high) }
+}
+
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

@@ -113,14 +113,7 @@ impl Activation {
 #[inline(always)]
 pub fn activate<const CLASS: u32>(v: f32, [low, high]: [f32; 2], gelu: bool) -> f32 {
     if CLASS == CLAMP {
-        // Comparisons, not `max`/`min`: false for NaN, which therefore passes through.
-        if v < low {
-            low
-        } else if v > high {
-            high
-        } else {
-            v
-        }
+        crate::clamp_nan(v, low, high)
     } else {
         let z = if gelu { 2.0 * GELU_SCALE * v * (1.0 + GELU_CUBIC * v * v) } else { v };
         v * crate::recip(1.0 + crate::exp2(-z * LOG2_E))
