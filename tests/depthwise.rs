@@ -72,14 +72,18 @@ impl TileBlock for CpuTileBlock<'_> {
 
     fn wait_copies(&mut self) {}
 
-    fn write_y(&mut self, offset: u64, v: f32) {
-        self.write(offset, v);
+    fn write_y(&mut self, store: bool, offset: u64, v: f32) {
+        if store {
+            self.write(offset, v);
+        }
     }
 
-    fn write_y4(&mut self, offset: u64, v: [f32; 4]) {
+    fn write_y4(&mut self, store: bool, offset: u64, v: [f32; 4]) {
         assert!(offset.is_multiple_of(4), "16-byte store at element {offset}");
-        for (i, v) in v.into_iter().enumerate() {
-            self.write(offset + i as u64, v);
+        if store {
+            for (i, v) in v.into_iter().enumerate() {
+                self.write(offset + i as u64, v);
+            }
         }
     }
 

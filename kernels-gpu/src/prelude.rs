@@ -385,6 +385,16 @@ pub fn stg_f32_if(store: bool, global_addr: u64, v: f32) {
     };
 }
 
+/// [`stg_f32x4`] where `store`, without a branch; `global_addr` 16-byte aligned.
+#[inline(always)]
+pub fn stg_f32x4_if(store: bool, global_addr: u64, v: [f32; 4]) {
+    unsafe {
+        asm!("{{ .reg .pred p; setp.ne.u32 p, {c}, 0; @p st.global.v4.f32 [{p}], {{{a}, {b}, {d}, {e}}}; }}",
+            c = in(reg32) store as u32, p = in(reg64) global_addr,
+            a = in(reg32) v[0], b = in(reg32) v[1], d = in(reg32) v[2], e = in(reg32) v[3], options(nostack))
+    };
+}
+
 /// [`ldg_nc_f32x4`] where `load`, else zeros, without a branch; `global_addr` 16-byte aligned.
 #[inline(always)]
 pub fn ldg_nc_f32x4_if(load: bool, global_addr: u64) -> [f32; 4] {

@@ -195,9 +195,11 @@ pub trait TileBlock {
     fn copy_w(&mut self, slot: u32, offset: u64);
     /// Waits for this thread's copies.
     fn wait_copies(&mut self);
-    fn write_y(&mut self, offset: u64, v: f32);
-    /// Outputs `offset .. offset + 4`; `offset` a multiple of 4.
-    fn write_y4(&mut self, offset: u64, v: [f32; 4]);
+    /// Output `offset`, where `store` (predicated, not branched around: branches around each
+    /// store of a 14-wide row split warps' stores and doubled the sectors written to L2).
+    fn write_y(&mut self, store: bool, offset: u64, v: f32);
+    /// Outputs `offset .. offset + 4` where `store`; `offset` a multiple of 4.
+    fn write_y4(&mut self, store: bool, offset: u64, v: [f32; 4]);
     /// The epilogue's bias of output channel `k`, 0 without one.
     fn bias(&mut self, k: u32) -> f32;
     /// Elements `offset .. offset + 4` of the epilogue's residual where `load` (there is one),
@@ -359,30 +361,28 @@ fn store<const M: usize, const MODE: u32, B: TileBlock>(
     // Output channel c·M + m of the plane's image, stored where the epilogue puts it.
     let channel = p.channels.div_rem(q).1;
     let vectors = p.flags & STORE_VECTORS != 0 && ox0 + PX <= p.out_w;
+    // Stores and residual loads predicated on the output existing, never branched around.
     let store_row = |b: &mut B, m: u32, r: u32, bias: f32, mut v: [f32; PX as usize]| {
         let oy = oy0 + r;
-        if oy >= p.out_h {
-            return;
-        }
+        let row_live = oy < p.out_h;
         let k = channel * M as u32 + m;
         let out_plane = (q - channel) as u64 * M as u64 + ep.stored_channel::<MODE>(k) as u64;
         let row = (out_plane * p.out_h as u64 + oy as u64) * p.out_w as u64 + ox0 as u64;
         if vectors {
             if MODE != PLAIN {
-                let res = b.residual4(ep.residual != 0, row);
+                let res = b.residual4(row_live && ep.residual != 0, row);
                 v = [0, 1, 2, 3].map(|i| ep.apply_in::<MODE>(v[i], bias, res[i]));
             }
-            b.write_y4(row, v);
+            b.write_y4(row_live, row, v);
         } else {
             for i in 0..PX as usize {
-                if ox0 + (i as u32) < p.out_w {
-                    let at = row + i as u64;
-                    if MODE != PLAIN {
-                        let res = b.residual(ep.residual != 0, at);
-                        v[i] = ep.apply_in::<MODE>(v[i], bias, res);
-                    }
-                    b.write_y(at, v[i]);
+                let live = row_live && ox0 + (i as u32) < p.out_w;
+                let at = row + i as u64;
+                if MODE != PLAIN {
+                    let res = b.residual(live && ep.residual != 0, at);
+                    v[i] = ep.apply_in::<MODE>(v[i], bias, res);
                 }
+                b.write_y(live, at, v[i]);
             }
         }
     };
@@ -606,13 +606,13 @@ mod device {
         }
 
         #[inline(always)]
-        fn write_y(&mut self, offset: u64, v: f32) {
-            stg_f32(self.y + 4 * offset, v);
+        fn write_y(&mut self, store: bool, offset: u64, v: f32) {
+            stg_f32_if(store, self.y + 4 * offset, v);
         }
 
         #[inline(always)]
-        fn write_y4(&mut self, offset: u64, v: [f32; 4]) {
-            stg_f32x4(self.y + 4 * offset, v);
+        fn write_y4(&mut self, store: bool, offset: u64, v: [f32; 4]) {
+            stg_f32x4_if(store, self.y + 4 * offset, v);
         }
 
         #[inline(always)]
