@@ -337,7 +337,7 @@ pub(crate) mod device {
         device::{copy_input, copy_weights, split},
     };
     use super::{IgemmSpatialParams, TileSource};
-    use crate::conv::epilogue::PLAIN;
+    use crate::conv::epilogue::{CLAMP, PLAIN};
     use crate::prelude::*;
 
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
@@ -506,15 +506,16 @@ pub(crate) mod device {
             }
         };
         let by_n_tile = |acc: &[[[f32; 4]; NT]; MT], j: usize| core::array::from_fn::<_, MT, _>(|i| acc[i][j]);
-        if MODE == PLAIN {
+        // An epilogue's code in every n-tile keeps LLVM from unrolling this loop (the smooth
+        // activations' at any width, the clamps' from 7 n-tiles), and a rolled loop indexes the
+        // accumulators at run time (local memory): there each step stores n-tile 0 and rotates
+        // the next into its place. (Rolled for every epilogue, a shuffle alone cost the
+        // narrower 16x8 tiles 6-20%.)
+        if MODE == PLAIN || (MODE == CLAMP && NT <= 4) {
             for j in 0..NT {
                 store_tile(j as u32, &by_n_tile(acc, j));
             }
         } else {
-            // An epilogue's code in every n-tile kept LLVM from unrolling this loop (up to 8
-            // n-tiles, inside the loop over work items), and a rolled loop indexed the
-            // accumulators at run time (local memory): each step stores n-tile 0 and rotates
-            // the next into its place.
             let mut j = 0;
             while j < crate::opaque(NT as u32) {
                 store_tile(j, &by_n_tile(acc, 0));
