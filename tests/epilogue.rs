@@ -64,3 +64,31 @@ fn the_reference_epilogue_moves_adds_and_widens_the_bound() {
     assert_eq!(r.value, [11.5, 10.0, 15.5, 10.0, 13.5, 10.0, 17.5, 10.0]);
     assert_eq!(r.magnitude, [11.5; 8]);
 }
+
+#[test]
+fn each_epilogue_runs_the_entry_point_of_its_store_mode() {
+    use kernels_gpu::conv::{
+        direct::DIRECT_FWD_VARIANTS,
+        epilogue::{CLAMP, ModeEntries, PLAIN, SMOOTH},
+    };
+    let conv: Conv2d = "n=1,c=8,h=4,w=4,k=8,r=1,s=1,groups=2".parse().unwrap();
+    let geom = conv.geometry().unwrap();
+    let tile = &DIRECT_FWD_VARIANTS[0];
+    // The bias's address is filled in at launch (any non-zero one here).
+    let entry = |e: Epilogue| {
+        let mut p = e.params(&conv, &geom);
+        p.bias = if e.bias { 256 } else { 0 };
+        tile.entries.of_mode(p.mode())
+    };
+    assert_eq!(entry(Epilogue::NONE), tile.name);
+    for act in [Activation::Identity, Activation::Relu, Activation::Relu6] {
+        assert_eq!(entry(Epilogue { bias: true, activation: act, ..Epilogue::NONE }), tile.entries.clamp, "{act:?}");
+    }
+    for act in [Activation::Silu, Activation::GeluTanh] {
+        assert_eq!(entry(Epilogue { activation: act, ..Epilogue::NONE }), tile.entries.smooth, "{act:?}");
+    }
+    // A shuffle alone moves channels: it needs a storing epilogue, not the plain entry.
+    assert_eq!(entry(Epilogue { shuffle: true, ..Epilogue::NONE }), tile.entries.clamp);
+    assert_eq!(tile.entries.clamp, format!("{}_clamp", tile.name));
+    assert_eq!([PLAIN, CLAMP, SMOOTH].map(ModeEntries::slot), [0, 1, 2]);
+}
