@@ -269,10 +269,7 @@ impl<'g> LegacyConv<'g> {
         y: &mut impl DevicePtrMut<f32>,
         workspace: &mut impl DevicePtrMut<u8>,
     ) -> Result<()> {
-        if workspace.len() < choice.workspace {
-            return Err(Error::WorkspaceTooSmall { needed: choice.workspace, given: workspace.len() });
-        }
-        super::super::check_buffers(self.gpu, &self.geom, x, w, y)?;
+        self.check_run(choice, x, w, y, workspace)?;
         {
             let ops = Operands::new(&self.stream, x, w, y, workspace);
             let (alpha, beta) = (1.0f32, 0.0f32);
@@ -300,6 +297,21 @@ impl<'g> LegacyConv<'g> {
 }
 
 impl LegacyConv<'_> {
+    /// The checks before running `choice`: the workspace it needs, and the buffers' extents.
+    fn check_run(
+        &self,
+        choice: &LegacyChoice,
+        x: &impl DevicePtr<f32>,
+        w: &impl DevicePtr<f32>,
+        y: &impl DevicePtrMut<f32>,
+        workspace: &impl DevicePtrMut<u8>,
+    ) -> Result<()> {
+        if workspace.len() < choice.workspace {
+            return Err(Error::WorkspaceTooSmall { needed: choice.workspace, given: workspace.len() });
+        }
+        super::super::check_buffers(self.gpu, &self.geom, x, w, y)
+    }
+
     /// `y = relu(conv(x, w) + bias)` in one call (`cudnnConvolutionBiasActivationForward`,
     /// what a cuDNN user fuses); `bias` holds K values, `workspace` `choice.workspace` bytes.
     pub fn forward_bias_relu(
@@ -311,13 +323,10 @@ impl LegacyConv<'_> {
         y: &mut impl DevicePtrMut<f32>,
         workspace: &mut impl DevicePtrMut<u8>,
     ) -> Result<()> {
-        if workspace.len() < choice.workspace {
-            return Err(Error::WorkspaceTooSmall { needed: choice.workspace, given: workspace.len() });
-        }
+        self.check_run(choice, x, w, y, workspace)?;
         if bias.len() != self.k {
             return Err(Error::BufferSize { buffer: "bias", expected: self.k, got: bias.len() });
         }
-        super::super::check_buffers(self.gpu, &self.geom, x, w, y)?;
         self.gpu.check_buffer("bias", bias)?;
         {
             let (b, _use) = bias.device_ptr(&self.stream);
