@@ -13,7 +13,7 @@ use kernels_gpu::{
     cgemm::Complex32,
     fft::{
         dft, passes,
-        square::{FFT2D_SIZES, Fft2dParams, Fft2dSize, fft2d, fft2d_c2r, fft2d_r2c, half_columns},
+        square::{FFT2D_SIZES, Fft2dParams, Fft2dSize, fft2d, fft2d_c2r, fft2d_r2c, half_columns, slot_of},
     },
 };
 
@@ -144,8 +144,18 @@ fn layouts_are_validated() {
     bad(FftLayout { outer_dist: usize::MAX / 4, ..FftLayout::rows(8, 9) }, "batch");
 }
 
-/// The standalone 2D FFT's block program for `size` on the CPU, over every image of `input`.
-fn emulate_2d(size: &Fft2dSize, input: &[Complex32], inverse: bool, scale: f32) -> Vec<Complex32> {
+/// A block, or with `cluster` a whole cluster ([`Fft2dSize::split`]), for one image of `size`.
+fn cpu_block<'a>(size: &Fft2dSize, cluster: bool, table: &'a [Complex32], written: &'a mut [bool]) -> CpuBlock<'a> {
+    if cluster {
+        CpuBlock::cluster(size.split(), table, written)
+    } else {
+        CpuBlock::new(size.smem_bytes() as usize / size_of::<Complex32>(), table, written)
+    }
+}
+
+/// The standalone 2D FFT's block program for `size` on the CPU, over every image of `input`,
+/// on a block or a cluster of them.
+fn emulate_2d(size: &Fft2dSize, cluster: bool, input: &[Complex32], inverse: bool, scale: f32) -> Vec<Complex32> {
     let n = size.side() as usize;
     let table = twiddles(n);
     let mut output = vec![Complex32::new(f32::NAN, f32::NAN); input.len()];
@@ -160,7 +170,7 @@ fn emulate_2d(size: &Fft2dSize, input: &[Complex32], inverse: bool, scale: f32) 
         _pad: 0,
     };
     for image in 0..p.images {
-        let mut m = CpuBlock::new(size.smem_bytes() as usize / size_of::<Complex32>(), &table, &mut written);
+        let mut m = cpu_block(size, cluster, &table, &mut written);
         (m.complex_in, m.complex_out) = (input, &mut output);
         macro_rules! dispatch {
             ($(($n:literal, $a:literal, $b:literal, $threads:literal)),* $(,)?) => {
@@ -172,7 +182,7 @@ fn emulate_2d(size: &Fft2dSize, input: &[Complex32], inverse: bool, scale: f32) 
         }
         kernels_gpu::square_sizes!(dispatch);
     }
-    assert!(written.iter().all(|&w| w), "{}: an output was never written", size.name);
+    assert!(written.iter().all(|&w| w), "{} (cluster: {cluster}): an output was never written", size.block.c2c);
     output
 }
 
@@ -204,25 +214,61 @@ fn the_2d_transforms_match_an_f64_dft_and_invert() {
         let n = size.side() as usize;
         let x: Vec<Complex32> =
             host_uniform(500 + i as u64, 4 * n * n).chunks(2).map(|p| Complex32::new(p[0], p[1])).collect();
-        let forward = emulate_2d(size, &x, false, 1.0);
-        for image in 0..2 {
-            let at = image * n * n..(image + 1) * n * n;
-            let err = rel_l2(&forward[at.clone()], &dft2d_f64(&x[at], n));
-            assert!(err <= 1e-6, "{}: forward relative L2 error {err:e}", size.name);
-            worst = worst.max(err);
+        for cluster in [false, true] {
+            let what = if cluster { size.cluster.c2c } else { size.block.c2c };
+            let forward = emulate_2d(size, cluster, &x, false, 1.0);
+            for image in 0..2 {
+                let at = image * n * n..(image + 1) * n * n;
+                let err = rel_l2(&forward[at.clone()], &dft2d_f64(&x[at], n));
+                assert!(err <= 1e-6, "{what}: forward relative L2 error {err:e}");
+                worst = worst.max(err);
+            }
+            let back = emulate_2d(size, cluster, &forward, true, 1.0 / (n * n) as f32);
+            let exact: Vec<(f64, f64)> = x.iter().map(|v| (v.re as f64, v.im as f64)).collect();
+            let err = rel_l2(&back, &exact);
+            assert!(err <= 1e-6, "{what}: round trip relative L2 error {err:e}");
         }
-        let back = emulate_2d(size, &forward, true, 1.0 / (n * n) as f32);
-        let exact: Vec<(f64, f64)> = x.iter().map(|v| (v.re as f64, v.im as f64)).collect();
-        let err = rel_l2(&back, &exact);
-        assert!(err <= 1e-6, "{}: round trip relative L2 error {err:e}", size.name);
     }
     println!("worst relative L2 error of the forward 2D transforms: {worst:e}");
+}
+
+/// A cluster's blocks hold the rows that their shares of the row steps work on (the row steps
+/// then stay in local shared memory), and every slot of the image in exactly one block.
+#[test]
+fn cluster_blocks_hold_the_rows_of_their_row_steps() {
+    for size in FFT2D_SIZES {
+        let (a, b, n) = (size.a, size.b, size.side());
+        let split = size.split();
+        assert!(n % split.blocks == 0 && split.blocks <= 8, "{}: {} blocks", size.cluster.c2c, split.blocks);
+        let mut owner = vec![None; (split.blocks * split.block_slots) as usize];
+        for row in 0..n {
+            for col in 0..n {
+                let (rank, local) = split.locate(slot_of(a, b, row, col));
+                assert!(rank < split.blocks && local < split.block_slots);
+                let place = &mut owner[(rank * split.block_slots + local) as usize];
+                assert!(place.is_none(), "{}: two slots at block {rank}, local {local}", size.cluster.c2c);
+                *place = Some((row, col));
+            }
+        }
+        // The row steps: items `row · width + i` for widths A (DFT_B) and B (DFT_A).
+        for width in [a, b] {
+            for rank in 0..split.blocks {
+                let (start, end) = split.items(n * width, rank);
+                for item in start..end {
+                    let (row, col) = (item / width, item % width);
+                    let (home, _) = split.locate(slot_of(a, b, row, col));
+                    assert_eq!(home, rank, "{}: row {row} of block {rank}'s share", size.cluster.c2c);
+                }
+            }
+        }
+    }
 }
 
 /// The real transforms' block programs for `size` on the CPU: real-to-complex of the real
 /// `images` (`r2c`), or complex-to-real of the half `spectra`.
 fn emulate_real(
     size: &Fft2dSize,
+    cluster: bool,
     images: usize,
     real: &[f32],
     spectra: &[Complex32],
@@ -239,7 +285,7 @@ fn emulate_real(
     let mut written = vec![false; real_out.len().max(complex_out.len())];
     let p = Fft2dParams { input: 0, output: 0, twiddles: 0, images: images as u32, inverse: 0, scale: 1.0, _pad: 0 };
     for pair in 0..images.div_ceil(2) as u32 {
-        let mut m = CpuBlock::new(size.smem_bytes() as usize / size_of::<Complex32>(), &table, &mut written);
+        let mut m = cpu_block(size, cluster, &table, &mut written);
         (m.real_in, m.complex_in, m.real_out, m.complex_out) = (real, spectra, &mut real_out, &mut complex_out);
         macro_rules! dispatch {
             ($(($n:literal, $a:literal, $b:literal, $threads:literal)),* $(,)?) => {
@@ -251,7 +297,7 @@ fn emulate_real(
         }
         kernels_gpu::square_sizes!(dispatch);
     }
-    assert!(written.iter().all(|&w| w), "{}: an output was never written", size.name);
+    assert!(written.iter().all(|&w| w), "{} (cluster: {cluster}): an output was never written", size.block.r2c);
     (real_out, complex_out)
 }
 
@@ -264,22 +310,26 @@ fn the_real_2d_transforms_match_an_f64_dft_and_invert() {
         // An odd count: the last pair has one image.
         let images = 3;
         let x = host_uniform(900 + i as u64, images * n * n);
-        let (_, spectra) = emulate_real(size, images, &x, &[], true);
-        for image in 0..images {
-            let complex: Vec<Complex32> = x[image * n * n..][..n * n].iter().map(|&v| Complex32::new(v, 0.0)).collect();
-            let full = dft2d_f64(&complex, n);
-            let exact: Vec<(f64, f64)> =
-                (0..n).flat_map(|r| (0..half).map(move |c| (r, c))).map(|(r, c)| full[r * n + c]).collect();
-            let err = rel_l2(&spectra[image * n * half..][..n * half], &exact);
-            assert!(err <= 1e-6, "{} image {image}: real-to-complex relative L2 error {err:e}", size.name);
-            worst = worst.max(err);
+        for cluster in [false, true] {
+            let what = if cluster { size.cluster.r2c } else { size.block.r2c };
+            let (_, spectra) = emulate_real(size, cluster, images, &x, &[], true);
+            for image in 0..images {
+                let complex: Vec<Complex32> =
+                    x[image * n * n..][..n * n].iter().map(|&v| Complex32::new(v, 0.0)).collect();
+                let full = dft2d_f64(&complex, n);
+                let exact: Vec<(f64, f64)> =
+                    (0..n).flat_map(|r| (0..half).map(move |c| (r, c))).map(|(r, c)| full[r * n + c]).collect();
+                let err = rel_l2(&spectra[image * n * half..][..n * half], &exact);
+                assert!(err <= 1e-6, "{what} image {image}: real-to-complex relative L2 error {err:e}");
+                worst = worst.max(err);
+            }
+            let (back, _) = emulate_real(size, cluster, images, &[], &spectra, false);
+            let scale = 1.0 / (n * n) as f64;
+            let back: Vec<Complex32> = back.iter().map(|&v| Complex32::new((v as f64 * scale) as f32, 0.0)).collect();
+            let exact: Vec<(f64, f64)> = x.iter().map(|&v| (v as f64, 0.0)).collect();
+            let err = rel_l2(&back, &exact);
+            assert!(err <= 1e-6, "{what}: real round trip relative L2 error {err:e}");
         }
-        let (back, _) = emulate_real(size, images, &[], &spectra, false);
-        let scale = 1.0 / (n * n) as f64;
-        let back: Vec<Complex32> = back.iter().map(|&v| Complex32::new((v as f64 * scale) as f32, 0.0)).collect();
-        let exact: Vec<(f64, f64)> = x.iter().map(|&v| (v as f64, 0.0)).collect();
-        let err = rel_l2(&back, &exact);
-        assert!(err <= 1e-6, "{}: real round trip relative L2 error {err:e}", size.name);
     }
     println!("worst relative L2 error of the real-to-complex transforms: {worst:e}");
 }

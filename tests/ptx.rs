@@ -27,8 +27,8 @@ use kernels_gpu::{
 };
 use std::{collections::BTreeMap, path::PathBuf, process::Command};
 
-/// Every entry point the host launches, with the size of the one struct it takes.
-fn kernels() -> Vec<(&'static str, usize)> {
+/// Every entry point the host launches on sm_`cc`, with the size of the one struct it takes.
+fn kernels(cc: u32) -> Vec<(&'static str, usize)> {
     let direct = DIRECT_FWD_VARIANTS.iter().flat_map(|t| t.entries.all());
     let mut all: Vec<_> = direct.map(|name| (name, size_of::<DirectFwdParams>())).collect();
     all.extend(DEPTHWISE_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DepthwiseFwdParams>())));
@@ -43,7 +43,9 @@ fn kernels() -> Vec<(&'static str, usize)> {
     all.push((EPILOGUE_KERNEL, size_of::<EpiloguePassParams>()));
     all.extend(CGEMM_TILES.iter().map(|t| (t.name, size_of::<CgemmParams>())));
     for size in FFT2D_SIZES {
-        all.extend([size.name, size.r2c_kernel, size.c2r_kernel].map(|name| (name, size_of::<Fft2dParams>())));
+        // Thread block clusters: sm_90 and later.
+        let entries = [size.block].into_iter().chain((cc >= 90).then_some(size.cluster)).flat_map(|e| e.all());
+        all.extend(entries.map(|name| (name, size_of::<Fft2dParams>())));
     }
     for size in FFT_GEMM_SIZES {
         let kernels = [size.input_kernel, size.filter_kernel, size.output_kernel, size.depthwise_kernel];
@@ -115,9 +117,9 @@ fn assemble(cc: u32, ptx: &str) -> BTreeMap<String, (u32, u32, u32, u32)> {
 #[test]
 fn every_module_assembles_without_spills() {
     assert!(!PTX_MODULES.is_empty());
-    let mut want: Vec<&str> = kernels().into_iter().map(|(name, _)| name).collect();
-    want.sort();
     for (cc, ptx) in PTX_MODULES {
+        let mut want: Vec<&str> = kernels(*cc).into_iter().map(|(name, _)| name).collect();
+        want.sort();
         let entries = assemble(*cc, ptx);
         let names: Vec<&str> = entries.keys().map(String::as_str).collect();
         assert_eq!(names, want, "sm_{cc}: entry points");
@@ -132,7 +134,7 @@ fn every_module_assembles_without_spills() {
 #[test]
 fn kernel_parameters_match_the_host_struct() {
     for (cc, ptx) in PTX_MODULES {
-        for (name, size) in kernels() {
+        for (name, size) in kernels(*cc) {
             let decl = format!(".param .align 8 .b8 {name}_param_0[{size}]");
             assert!(ptx.contains(&decl), "sm_{cc}: {name} does not take one {size}-byte parameter struct");
         }

@@ -324,6 +324,68 @@ pub fn ld_shared_f32x2(addr: u32) -> [f32; 2] {
     [a, b]
 }
 
+/// This block's rank in its cluster (`%cluster_ctarank`, sm_90).
+#[cfg(target_feature = "sm_90")]
+#[inline(always)]
+pub fn cluster_rank() -> u32 {
+    let r: u32;
+    unsafe { asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(pure, nomem, nostack)) };
+    r
+}
+
+/// The cluster's index along x (`%clusterid.x`, sm_90).
+#[cfg(target_feature = "sm_90")]
+#[inline(always)]
+pub fn cluster_idx_x() -> u32 {
+    let c: u32;
+    unsafe { asm!("mov.u32 {c}, %clusterid.x;", c = out(reg32) c, options(pure, nomem, nostack)) };
+    c
+}
+
+/// Every thread of every block of the cluster arrives before any goes on; shared-memory
+/// accesses before it, local or in another block, happen before those after it (release /
+/// acquire at cluster scope). Every thread must reach it, as with `bar.sync`.
+#[cfg(target_feature = "sm_90")]
+#[inline(always)]
+pub fn cluster_sync() {
+    unsafe { asm!("barrier.cluster.arrive.aligned;", "barrier.cluster.wait.aligned;", options(nostack)) };
+}
+
+/// The distributed-shared-memory address of `addr` (a shared-window address) in the block of
+/// rank `rank` of this cluster.
+#[cfg(target_feature = "sm_90")]
+#[inline(always)]
+pub fn cluster_map(addr: u32, rank: u32) -> u32 {
+    let d: u32;
+    unsafe {
+        asm!("mapa.shared::cluster.u32 {d}, {a}, {r};", d = out(reg32) d, a = in(reg32) addr, r = in(reg32) rank,
+            options(pure, nomem, nostack))
+    };
+    d
+}
+
+/// [`ld_shared_f32x2`] from a [`cluster_map`] address.
+#[cfg(target_feature = "sm_90")]
+#[inline(always)]
+pub fn ld_cluster_f32x2(addr: u32) -> [f32; 2] {
+    let (a, b): (f32, f32);
+    unsafe {
+        asm!("ld.shared::cluster.v2.f32 {{{a}, {b}}}, [{p}];", p = in(reg32) addr, a = out(reg32) a,
+            b = out(reg32) b, options(readonly, nostack))
+    };
+    [a, b]
+}
+
+/// [`st_shared_f32x2`] to a [`cluster_map`] address.
+#[cfg(target_feature = "sm_90")]
+#[inline(always)]
+pub fn st_cluster_f32x2(addr: u32, v: [f32; 2]) {
+    unsafe {
+        asm!("st.shared::cluster.v2.f32 [{p}], {{{a}, {b}}};", p = in(reg32) addr, a = in(reg32) v[0],
+            b = in(reg32) v[1], options(nostack))
+    };
+}
+
 /// Closes this thread's `cp.async` copies issued since the last commit into one group
 /// ([`cp_async_wait_group`] waits for groups).
 #[inline(always)]

@@ -2,7 +2,11 @@
 #![allow(dead_code)] // each test binary uses its part
 
 use convkit::harness::reference::{Reference, compare_host};
-use kernels_gpu::{complex::Complex32, fft::square::Block, verify::Tolerance};
+use kernels_gpu::{
+    complex::Complex32,
+    fft::square::{Block, ClusterSplit},
+    verify::Tolerance,
+};
 use std::collections::HashMap;
 
 /// The f64 DFT of `x`, forward (`W = exp(-2πi/n)`) or inverse, unnormalised.
@@ -97,9 +101,12 @@ pub fn mark_written(written: &mut [bool], offset: u64) {
 }
 
 /// The CPU's [`Block`]: work items run one after another; shared memory is tracked
-/// ([`SharedMemory`]), and so are writes of the outputs (twice panics).
+/// ([`SharedMemory`]), and so are writes of the outputs (twice panics). With a
+/// [`ClusterSplit`], it plays a whole cluster: each block's share of the items in turn, each
+/// slot in its block's memory (`rank · block_slots + local`, the local slot checked in range).
 pub struct CpuBlock<'a> {
     smem: SharedMemory<Complex32>,
+    split: Option<ClusterSplit>,
     pub twiddles: &'a [Complex32],
     pub real_in: &'a [f32],
     pub complex_in: &'a [Complex32],
@@ -114,6 +121,7 @@ impl<'a> CpuBlock<'a> {
     pub fn new(slots: usize, twiddles: &'a [Complex32], written: &'a mut [bool]) -> Self {
         CpuBlock {
             smem: SharedMemory::new(slots),
+            split: None,
             twiddles,
             real_in: &[],
             complex_in: &[],
@@ -124,12 +132,42 @@ impl<'a> CpuBlock<'a> {
     }
 }
 
+impl<'a> CpuBlock<'a> {
+    /// A cluster's blocks, each with its share of the memory.
+    pub fn cluster(split: ClusterSplit, twiddles: &'a [Complex32], written: &'a mut [bool]) -> Self {
+        let slots = (split.blocks * split.block_slots) as usize;
+        CpuBlock { split: Some(split), ..CpuBlock::new(slots, twiddles, written) }
+    }
+
+    /// Where `slot` lives in the memory of the block or cluster.
+    fn place(&self, slot: u32) -> u32 {
+        match self.split {
+            None => slot,
+            Some(split) => {
+                let (rank, local) = split.locate(slot);
+                assert!(rank < split.blocks && local < split.block_slots, "slot {slot}: block {rank}, local {local}");
+                rank * split.block_slots + local
+            }
+        }
+    }
+}
+
 impl Block for CpuBlock<'_> {
     fn for_each(&mut self, count: u32, mut f: impl FnMut(&mut Self, u32)) {
-        for item in 0..count {
-            self.smem.item = item;
-            f(self, item);
+        let (blocks, items) = match self.split {
+            None => (1, count),
+            Some(split) => (split.blocks, 0),
+        };
+        let mut seen = 0;
+        for rank in 0..blocks {
+            let (start, end) = self.split.map_or((0, items), |split| split.items(count, rank));
+            for item in start..end {
+                self.smem.item = item;
+                f(self, item);
+                seen += 1;
+            }
         }
+        assert_eq!(seen, count, "the blocks' shares of a step's items");
     }
 
     fn barrier(&mut self) {
@@ -137,11 +175,13 @@ impl Block for CpuBlock<'_> {
     }
 
     fn load(&mut self, slot: u32) -> Complex32 {
-        self.smem.load(slot)
+        let at = self.place(slot);
+        self.smem.load(at)
     }
 
     fn store(&mut self, slot: u32, v: Complex32) {
-        self.smem.store(slot, v);
+        let at = self.place(slot);
+        self.smem.store(at, v);
     }
 
     fn twiddle(&mut self, t: u32) -> Complex32 {

@@ -13,7 +13,8 @@
 //!   conflict-free for even `A`.
 //! - A block program is written once, generic over [`Block`] (the memory it touches and how its
 //!   threads share out work items), so that the host's tests run the very same code on the CPU,
-//!   check it against f64 and prove its barriers sufficient.
+//!   check it against f64 and prove its barriers sufficient. The same programs also run spread
+//!   over a cluster of blocks ([`ClusterSplit`]), which is how a few images still fill the GPU.
 
 use super::dft_reg;
 use crate::complex::Complex32;
@@ -40,7 +41,13 @@ pub trait Block {
 /// Slot of row `row`, column position `col`.
 #[inline(always)]
 pub fn slot<const A: usize, const B: usize>(row: u32, col: u32) -> u32 {
-    row * ((A as u32 + 1) * B as u32) + col + col / A as u32
+    slot_of(A as u32, B as u32, row, col)
+}
+
+/// [`slot`] with the factors as values.
+#[inline(always)]
+pub const fn slot_of(a: u32, b: u32, row: u32, col: u32) -> u32 {
+    row * ((a + 1) * b) + col + col / a
 }
 
 /// Where frequency `k` of a side sits after the forward transform: `ka + A·kb` for
@@ -298,16 +305,80 @@ pub fn inverse_from_natural<const A: usize, const B: usize, M: Block>(
     );
 }
 
+/// A square transform spread over a cluster of blocks (sm_90's thread block clusters): block
+/// `r` keeps rows `[r·R, (r+1)·R)` of the slots (`R = N / blocks`) in its shared memory and runs
+/// the `r`-th contiguous share of every step's work items. The row steps' items then touch
+/// only the block's own rows; the column steps reach the other blocks' rows through
+/// distributed shared memory. A lone image thus runs on `blocks` SMs instead of one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClusterSplit {
+    /// Blocks per cluster: 8 where they divide `N` (the most a cluster may portably hold), else
+    /// 4 or 2 (every size is even).
+    pub blocks: u32,
+    /// Slots each block holds: `R` rows of `(A+1)·B`.
+    pub block_slots: u32,
+}
+
+impl ClusterSplit {
+    pub const fn new(a: u32, b: u32) -> Self {
+        let n = a * b;
+        let blocks = if n.is_multiple_of(8) {
+            8
+        } else if n.is_multiple_of(4) {
+            4
+        } else {
+            2
+        };
+        ClusterSplit { blocks, block_slots: n / blocks * (a + 1) * b }
+    }
+
+    /// The items `[start, end)` of a step of `count` that block `rank` runs (empty when
+    /// `start >= end`).
+    #[inline(always)]
+    pub const fn items(&self, count: u32, rank: u32) -> (u32, u32) {
+        let share = count.div_ceil(self.blocks);
+        let start = rank * share;
+        let end = start + share;
+        (start, if end < count { end } else { count })
+    }
+
+    /// The block that holds `slot`, and the slot's place in that block's shared memory.
+    #[inline(always)]
+    pub const fn locate(&self, slot: u32) -> (u32, u32) {
+        let rank = slot / self.block_slots;
+        (rank, slot - rank * self.block_slots)
+    }
+
+    pub const fn smem_bytes(&self) -> u32 {
+        self.block_slots * size_of::<Complex32>() as u32
+    }
+}
+
+/// The entry points of one way of launching a size: complex-to-complex, real-to-complex
+/// (forward) and complex-to-real (inverse).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fft2dEntries {
+    pub c2c: &'static str,
+    pub r2c: &'static str,
+    pub c2r: &'static str,
+}
+
+impl Fft2dEntries {
+    pub const fn all(&self) -> [&'static str; 3] {
+        [self.c2c, self.r2c, self.c2r]
+    }
+}
+
 /// One transform size of the standalone 2D FFT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fft2dSize {
-    /// The complex-to-complex kernel.
-    pub name: &'static str,
-    /// The real-to-complex (forward) and complex-to-real (inverse) kernels.
-    pub r2c_kernel: &'static str,
-    pub c2r_kernel: &'static str,
+    /// One image (the real kernels: a pair of images) per block.
+    pub block: Fft2dEntries,
+    /// One image (pair) per cluster of [`ClusterSplit::blocks`] blocks; sm_90 and later.
+    pub cluster: Fft2dEntries,
     pub a: u32,
     pub b: u32,
+    /// Threads of a [`Fft2dSize::block`] block when the launch fills the GPU.
     pub threads: u32,
 }
 
@@ -318,6 +389,17 @@ impl Fft2dSize {
 
     pub const fn smem_bytes(&self) -> u32 {
         smem_bytes(self.a, self.b)
+    }
+
+    pub const fn split(&self) -> ClusterSplit {
+        ClusterSplit::new(self.a, self.b)
+    }
+
+    /// Threads of a [`Fft2dSize::cluster`] block: one per item of its share of the largest
+    /// transform step.
+    pub const fn cluster_threads(&self) -> u32 {
+        let widest = if self.a > self.b { self.a } else { self.b };
+        (self.side() * widest).div_ceil(self.split().blocks).next_multiple_of(32)
     }
 }
 
@@ -525,9 +607,16 @@ macro_rules! fft2d_kernels {
     ($(($n:literal, $a:literal, $b:literal, $threads:literal)),* $(,)?) => {
         /// Every size of the standalone 2D FFT in the PTX, smallest first.
         pub const FFT2D_SIZES: &[Fft2dSize] = &[$(Fft2dSize {
-            name: concat!("fft2d_", stringify!($n)),
-            r2c_kernel: concat!("fft2d_r2c_", stringify!($n)),
-            c2r_kernel: concat!("fft2d_c2r_", stringify!($n)),
+            block: Fft2dEntries {
+                c2c: concat!("fft2d_", stringify!($n)),
+                r2c: concat!("fft2d_r2c_", stringify!($n)),
+                c2r: concat!("fft2d_c2r_", stringify!($n)),
+            },
+            cluster: Fft2dEntries {
+                c2c: concat!("fft2d_cluster_", stringify!($n)),
+                r2c: concat!("fft2d_r2c_cluster_", stringify!($n)),
+                c2r: concat!("fft2d_c2r_cluster_", stringify!($n)),
+            },
             a: $a,
             b: $b,
             threads: $threads,
@@ -536,6 +625,8 @@ macro_rules! fft2d_kernels {
         #[cfg(target_arch = "nvptx64")]
         mod entry {
             use super::{Fft2dParams, GpuBlock};
+            #[cfg(target_feature = "sm_90")]
+            use super::GpuClusterBlock;
             $(
                 const _: () = {
                     #[unsafe(export_name = concat!("fft2d_", stringify!($n)))]
@@ -556,6 +647,27 @@ macro_rules! fft2d_kernels {
                         let mut m = GpuBlock::new(p.twiddles, 0, p.input, p.output, 0);
                         super::fft2d_c2r::<$a, $b, _>(&mut m, &p, crate::prelude::block_idx_x());
                     }
+
+                    #[cfg(target_feature = "sm_90")]
+                    #[unsafe(export_name = concat!("fft2d_cluster_", stringify!($n)))]
+                    pub unsafe extern "ptx-kernel" fn cluster(p: Fft2dParams) {
+                        let m = GpuBlock::new(p.twiddles, 0, p.input, 0, p.output);
+                        GpuClusterBlock::<$a, $b>::run(m, |m, image| super::fft2d::<$a, $b, _>(m, &p, image));
+                    }
+
+                    #[cfg(target_feature = "sm_90")]
+                    #[unsafe(export_name = concat!("fft2d_r2c_cluster_", stringify!($n)))]
+                    pub unsafe extern "ptx-kernel" fn r2c_cluster(p: Fft2dParams) {
+                        let m = GpuBlock::new(p.twiddles, p.input, 0, 0, p.output);
+                        GpuClusterBlock::<$a, $b>::run(m, |m, pair| super::fft2d_r2c::<$a, $b, _>(m, &p, pair));
+                    }
+
+                    #[cfg(target_feature = "sm_90")]
+                    #[unsafe(export_name = concat!("fft2d_c2r_cluster_", stringify!($n)))]
+                    pub unsafe extern "ptx-kernel" fn c2r_cluster(p: Fft2dParams) {
+                        let m = GpuBlock::new(p.twiddles, 0, p.input, p.output, 0);
+                        GpuClusterBlock::<$a, $b>::run(m, |m, pair| super::fft2d_c2r::<$a, $b, _>(m, &p, pair));
+                    }
                 };
             )*
         }
@@ -574,6 +686,14 @@ pub struct GpuBlock {
     complex_in: u64,
     real_out: u64,
     complex_out: u64,
+}
+
+/// A block's share of a [`ClusterSplit`] transform: its items, and every slot of the cluster
+/// through distributed shared memory.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+pub struct GpuClusterBlock<const A: usize, const B: usize> {
+    global: GpuBlock,
+    rank: u32,
 }
 
 #[cfg(target_arch = "nvptx64")]
@@ -649,6 +769,85 @@ mod device {
         #[inline(always)]
         fn write_complex(&mut self, offset: u64, v: Complex32) {
             stg_f32x2(self.complex_out + 8 * offset, [v.re, v.im]);
+        }
+    }
+
+    #[cfg(target_feature = "sm_90")]
+    mod cluster {
+        use super::{super::ClusterSplit, Block, Complex32, GpuBlock, complex};
+        use crate::{fft::square::GpuClusterBlock, prelude::*};
+
+        impl<const A: usize, const B: usize> GpuClusterBlock<A, B> {
+            const SPLIT: ClusterSplit = ClusterSplit::new(A as u32, B as u32);
+
+            /// Runs `program(block, unit)` on this block's share of unit (image or pair)
+            /// `%clusterid.x`. The cluster barriers around it: no block reaches into another's
+            /// memory before that one runs, nor leaves while another may still reach into its own.
+            #[inline(always)]
+            pub fn run(global: GpuBlock, program: impl FnOnce(&mut Self, u32)) {
+                let mut m = GpuClusterBlock { global, rank: cluster_rank() };
+                cluster_sync();
+                program(&mut m, cluster_idx_x());
+                cluster_sync();
+            }
+
+            #[inline(always)]
+            fn address(&self, slot: u32) -> u32 {
+                let (rank, local) = Self::SPLIT.locate(slot);
+                cluster_map(self.global.smem + 8 * local, rank)
+            }
+        }
+
+        impl<const A: usize, const B: usize> Block for GpuClusterBlock<A, B> {
+            #[inline(always)]
+            fn for_each(&mut self, count: u32, mut f: impl FnMut(&mut Self, u32)) {
+                let (start, end) = Self::SPLIT.items(count, self.rank);
+                let (mut item, step) = (start + thread_idx_x(), block_dim_x());
+                while item < end {
+                    f(self, item);
+                    item += step;
+                }
+            }
+
+            #[inline(always)]
+            fn barrier(&mut self) {
+                cluster_sync();
+            }
+
+            #[inline(always)]
+            fn load(&mut self, slot: u32) -> Complex32 {
+                complex(ld_cluster_f32x2(self.address(slot)))
+            }
+
+            #[inline(always)]
+            fn store(&mut self, slot: u32, v: Complex32) {
+                st_cluster_f32x2(self.address(slot), [v.re, v.im]);
+            }
+
+            #[inline(always)]
+            fn twiddle(&mut self, t: u32) -> Complex32 {
+                self.global.twiddle(t)
+            }
+
+            #[inline(always)]
+            fn read_real(&mut self, offset: u64) -> f32 {
+                self.global.read_real(offset)
+            }
+
+            #[inline(always)]
+            fn read_complex(&mut self, offset: u64) -> Complex32 {
+                self.global.read_complex(offset)
+            }
+
+            #[inline(always)]
+            fn write_real(&mut self, offset: u64, v: f32) {
+                self.global.write_real(offset, v);
+            }
+
+            #[inline(always)]
+            fn write_complex(&mut self, offset: u64, v: Complex32) {
+                self.global.write_complex(offset, v);
+            }
         }
     }
 }
