@@ -149,3 +149,27 @@ fn magic_division_uses_a_32_bit_multiply_high() {
         assert!(!ptx.contains("mul.hi.u64") && !ptx.contains("mul.hi.s64"), "sm_{cc}: 64-bit multiply-high");
     }
 }
+
+/// The PTX of entry point `name`.
+fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
+    let start = ptx.find(&format!(".entry {name}(")).unwrap_or_else(|| panic!("no entry {name}"));
+    let end = ptx[start..].find("\n}\n").expect("an entry ends with a closing brace") + start;
+    &ptx[start..end]
+}
+
+/// A cluster FFT kernel runs the block kernel's program with cluster barriers for its block
+/// barriers, plus one at each end. More would mean LLVM copied a barrier into divergent
+/// branches: threads of one warp at two `.aligned` barriers hang the kernel.
+#[test]
+fn cluster_fft_kernels_keep_one_barrier_per_step() {
+    for (cc, ptx) in PTX_MODULES.iter().filter(|(cc, _)| *cc >= 90) {
+        for size in FFT2D_SIZES {
+            for (block, cluster) in size.block.all().into_iter().zip(size.cluster.all()) {
+                let steps = entry_body(ptx, block).matches("bar.sync").count();
+                let waits = entry_body(ptx, cluster).matches("barrier.cluster.wait").count();
+                assert!(steps > 0, "sm_{cc} {block}: no barrier");
+                assert_eq!(waits, steps + 2, "sm_{cc} {cluster}: cluster barriers against {block}'s {steps}");
+            }
+        }
+    }
+}

@@ -342,13 +342,27 @@ pub fn cluster_idx_x() -> u32 {
     c
 }
 
+// LLVM's own cluster barriers, not inline PTX: they are `convergent`, so LLVM never copies
+// one into divergent branches. (It did copy an inline-asm barrier, threads of one warp then
+// waited at two `.aligned` barriers, and the kernel hung.)
+#[cfg(target_feature = "sm_90")]
+unsafe extern "C" {
+    #[link_name = "llvm.nvvm.barrier.cluster.arrive.aligned"]
+    fn barrier_cluster_arrive_aligned();
+    #[link_name = "llvm.nvvm.barrier.cluster.wait.aligned"]
+    fn barrier_cluster_wait_aligned();
+}
+
 /// Every thread of every block of the cluster arrives before any goes on; shared-memory
 /// accesses before it, local or in another block, happen before those after it (release /
 /// acquire at cluster scope). Every thread must reach it, as with `bar.sync`.
 #[cfg(target_feature = "sm_90")]
 #[inline(always)]
 pub fn cluster_sync() {
-    unsafe { asm!("barrier.cluster.arrive.aligned;", "barrier.cluster.wait.aligned;", options(nostack)) };
+    unsafe {
+        barrier_cluster_arrive_aligned();
+        barrier_cluster_wait_aligned();
+    }
 }
 
 /// The distributed-shared-memory address of `addr` (a shared-window address) in the block of
