@@ -335,8 +335,7 @@ impl Fft2dPlan {
         let (entries, per_unit, preferred, smem) = match variant {
             Fft2dVariant::Block => (&self.size.block, 1, self.size.threads, self.size.smem_bytes()),
             Fft2dVariant::Cluster => {
-                let split = self.size.split();
-                (&self.size.cluster, split.blocks, self.size.cluster_threads(), split.smem_bytes())
+                (&self.size.cluster, self.size.split().blocks, self.size.cluster_threads(), self.size.smem_bytes())
             }
         };
         let kernel = match kind {

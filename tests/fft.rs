@@ -13,7 +13,10 @@ use kernels_gpu::{
     cgemm::Complex32,
     fft::{
         dft, passes,
-        square::{FFT2D_SIZES, Fft2dParams, Fft2dSize, fft2d, fft2d_c2r, fft2d_r2c, half_columns, slot_of},
+        square::{
+            ClusterSplit, FFT2D_SIZES, Fft2dParams, Fft2dSize, fft2d, fft2d_c2r, fft2d_r2c, half_columns, position_of,
+            slot_of,
+        },
     },
 };
 
@@ -146,11 +149,8 @@ fn layouts_are_validated() {
 
 /// A block, or with `cluster` a whole cluster ([`Fft2dSize::split`]), for one image of `size`.
 fn cpu_block<'a>(size: &Fft2dSize, cluster: bool, table: &'a [Complex32], written: &'a mut [bool]) -> CpuBlock<'a> {
-    if cluster {
-        CpuBlock::cluster(size.split(), table, written)
-    } else {
-        CpuBlock::new(size.smem_bytes() as usize / size_of::<Complex32>(), table, written)
-    }
+    let slots = size.smem_bytes() as usize / size_of::<Complex32>();
+    if cluster { CpuBlock::cluster(size.split(), slots, table, written) } else { CpuBlock::new(slots, table, written) }
 }
 
 /// The standalone 2D FFT's block program for `size` on the CPU, over every image of `input`,
@@ -232,34 +232,52 @@ fn the_2d_transforms_match_an_f64_dft_and_invert() {
     println!("worst relative L2 error of the forward 2D transforms: {worst:e}");
 }
 
-/// A cluster's blocks hold the rows that their shares of the row steps work on (the row steps
-/// then stay in local shared memory), and every slot of the image in exactly one block.
+/// A cluster's blocks run the row steps' items on the rows they hold, the column steps' on the
+/// columns they hold, and hand over every value that changes hands exactly once.
 #[test]
-fn cluster_blocks_hold_the_rows_of_their_row_steps() {
+fn cluster_blocks_work_on_the_lines_they_hold() {
     for size in FFT2D_SIZES {
         let (a, b, n) = (size.a, size.b, size.side());
         let split = size.split();
-        assert!(n % split.blocks == 0 && split.blocks <= 8, "{}: {} blocks", size.cluster.c2c, split.blocks);
-        let mut owner = vec![None; (split.blocks * split.block_slots) as usize];
-        for row in 0..n {
-            for col in 0..n {
-                let (rank, local) = split.locate(slot_of(a, b, row, col));
-                assert!(rank < split.blocks && local < split.block_slots);
-                let place = &mut owner[(rank * split.block_slots + local) as usize];
-                assert!(place.is_none(), "{}: two slots at block {rank}, local {local}", size.cluster.c2c);
-                *place = Some((row, col));
-            }
-        }
-        // The row steps: items `row · width + i` for widths A (DFT_B) and B (DFT_A).
+        let name = size.cluster.c2c;
+        assert!(n % split.blocks == 0 && split.blocks <= 8, "{name}: {} blocks", split.blocks);
+        let share = split.share();
+        // Row steps: items `row · width + i` for widths A (DFT_B) and B (DFT_A).
         for width in [a, b] {
             for rank in 0..split.blocks {
-                let (start, end) = split.items(n * width, rank);
-                for item in start..end {
-                    let (row, col) = (item / width, item % width);
-                    let (home, _) = split.locate(slot_of(a, b, row, col));
-                    assert_eq!(home, rank, "{}: row {row} of block {rank}'s share", size.cluster.c2c);
+                let (start, end) = split.row_items(n * width, rank);
+                assert!((start..end).all(|item| item / width / share == rank), "{name}: block {rank}'s rows");
+            }
+        }
+        // Column steps: natural columns, or the columns whose positions the block holds.
+        for rank in 0..split.blocks {
+            for index in 0..split.column_items(n * a) {
+                let item = split.column_item(index, rank, false);
+                assert_eq!(item % n / share, rank, "{name}: block {rank}'s columns");
+                let natural = split.column_item(index, rank, true) % n;
+                assert_eq!(position_of(a, b, natural) / share, rank, "{name}: block {rank}'s positions");
+            }
+        }
+        // Handovers: after row steps, each slot of the image goes from its row's block to its
+        // column's; after column steps, back; each exactly once, padding slots never.
+        let row_slots = (a + 1) * b;
+        let real: Vec<u32> = (0..n).flat_map(|row| (0..n).map(move |col| slot_of(a, b, row, col))).collect();
+        for (which, handover) in [
+            ("row", ClusterSplit::row_handover as fn(&ClusterSplit, u32, u32) -> (u32, u32)),
+            ("column", ClusterSplit::column_handover),
+        ] {
+            let mut seen = vec![0; (n * row_slots) as usize];
+            for rank in 0..split.blocks {
+                for index in 0..split.handovers() {
+                    let (slot, to) = handover(&split, index, rank);
+                    let (row_block, column_block) = (slot / row_slots / share, split.column_holder(slot));
+                    let from_to = if which == "row" { (row_block, column_block) } else { (column_block, row_block) };
+                    assert_eq!(from_to, (rank, to), "{name}: {which} handover of slot {slot}");
+                    seen[slot as usize] += 1;
                 }
             }
+            assert!(real.iter().all(|&s| seen[s as usize] == 1), "{name}: {which} handovers miss or repeat a slot");
+            assert_eq!(seen.iter().sum::<u32>(), n * n, "{name}: a padding slot handed over");
         }
     }
 }

@@ -102,11 +102,14 @@ pub fn mark_written(written: &mut [bool], offset: u64) {
 
 /// The CPU's [`Block`]: work items run one after another; shared memory is tracked
 /// ([`SharedMemory`]), and so are writes of the outputs (twice panics). With a
-/// [`ClusterSplit`], it plays a whole cluster: each block's share of the items in turn, each
-/// slot in its block's memory (`rank · block_slots + local`, the local slot checked in range).
+/// [`ClusterSplit`], it plays a whole cluster: each block's items run in that block with its
+/// own memory, so a value read where no handover brought it panics as unwritten.
 pub struct CpuBlock<'a> {
-    smem: SharedMemory<Complex32>,
+    /// One per block of the cluster (one for a lone block).
+    smem: Vec<SharedMemory<Complex32>>,
     split: Option<ClusterSplit>,
+    /// The block whose item runs.
+    rank: usize,
     pub twiddles: &'a [Complex32],
     pub real_in: &'a [f32],
     pub complex_in: &'a [Complex32],
@@ -120,8 +123,9 @@ impl<'a> CpuBlock<'a> {
     /// A block with `slots` of shared memory, none written yet.
     pub fn new(slots: usize, twiddles: &'a [Complex32], written: &'a mut [bool]) -> Self {
         CpuBlock {
-            smem: SharedMemory::new(slots),
+            smem: vec![SharedMemory::new(slots)],
             split: None,
+            rank: 0,
             twiddles,
             real_in: &[],
             complex_in: &[],
@@ -130,58 +134,99 @@ impl<'a> CpuBlock<'a> {
             written,
         }
     }
-}
 
-impl<'a> CpuBlock<'a> {
-    /// A cluster's blocks, each with its share of the memory.
-    pub fn cluster(split: ClusterSplit, twiddles: &'a [Complex32], written: &'a mut [bool]) -> Self {
-        let slots = (split.blocks * split.block_slots) as usize;
-        CpuBlock { split: Some(split), ..CpuBlock::new(slots, twiddles, written) }
+    /// A cluster's blocks, each with `slots` of shared memory.
+    pub fn cluster(split: ClusterSplit, slots: usize, twiddles: &'a [Complex32], written: &'a mut [bool]) -> Self {
+        let smem = (0..split.blocks).map(|_| SharedMemory::new(slots)).collect();
+        CpuBlock { smem, split: Some(split), ..CpuBlock::new(0, twiddles, written) }
     }
 
-    /// Where `slot` lives in the memory of the block or cluster.
-    fn place(&self, slot: u32) -> u32 {
-        match self.split {
-            None => slot,
-            Some(split) => {
-                let (rank, local) = split.locate(slot);
-                assert!(rank < split.blocks && local < split.block_slots, "slot {slot}: block {rank}, local {local}");
-                rank * split.block_slots + local
+    /// Runs `f` for `item` in block `rank`.
+    fn run(&mut self, rank: u32, item: u32, f: &mut impl FnMut(&mut Self, u32)) {
+        self.rank = rank as usize;
+        self.smem[self.rank].item = item;
+        f(self, item);
+    }
+
+    /// The items of a column step in each block, checked to cover the step once.
+    fn for_each_in_columns(&mut self, count: u32, positioned: bool, mut f: impl FnMut(&mut Self, u32)) {
+        let Some(split) = self.split else { return self.for_each(count, f) };
+        assert_eq!(count % split.n(), 0, "a column step of {count} items");
+        let mut seen = vec![false; count as usize];
+        for rank in 0..split.blocks {
+            for index in 0..split.column_items(count) {
+                let item = split.column_item(index, rank, positioned);
+                assert!(!std::mem::replace(&mut seen[item as usize], true), "column item {item} run twice");
+                self.run(rank, item, &mut f);
             }
         }
+        assert!(seen.iter().all(|&s| s), "a column step left items out");
+    }
+
+    /// Every handover of every block (`handover(index, rank) = (slot, holder)`), then a barrier.
+    fn hand_over(&mut self, handover: impl Fn(&ClusterSplit, u32, u32) -> (u32, u32)) {
+        let Some(split) = self.split else { return };
+        for rank in 0..split.blocks {
+            for index in 0..split.handovers() {
+                let (slot, holder) = handover(&split, index, rank);
+                if holder != rank {
+                    let v = self.smem[rank as usize].load(slot);
+                    self.smem[holder as usize].store(slot, v);
+                }
+            }
+        }
+        self.barrier();
     }
 }
 
 impl Block for CpuBlock<'_> {
     fn for_each(&mut self, count: u32, mut f: impl FnMut(&mut Self, u32)) {
-        let (blocks, items) = match self.split {
-            None => (1, count),
-            Some(split) => (split.blocks, 0),
-        };
+        let blocks = self.split.map_or(1, |split| split.blocks);
         let mut seen = 0;
         for rank in 0..blocks {
-            let (start, end) = self.split.map_or((0, items), |split| split.items(count, rank));
+            let (start, end) = self.split.map_or((0, count), |split| split.row_items(count, rank));
             for item in start..end {
-                self.smem.item = item;
-                f(self, item);
+                self.run(rank, item, &mut f);
                 seen += 1;
             }
         }
         assert_eq!(seen, count, "the blocks' shares of a step's items");
     }
 
+    fn for_each_column(&mut self, count: u32, f: impl FnMut(&mut Self, u32)) {
+        self.for_each_in_columns(count, false, f);
+    }
+
+    fn for_each_column_position(&mut self, count: u32, f: impl FnMut(&mut Self, u32)) {
+        self.for_each_in_columns(count, true, f);
+    }
+
     fn barrier(&mut self) {
-        self.smem.barrier();
+        self.smem.iter_mut().for_each(SharedMemory::barrier);
+    }
+
+    fn rows_to_columns(&mut self) {
+        self.hand_over(ClusterSplit::row_handover);
+    }
+
+    fn columns_to_rows(&mut self) {
+        self.hand_over(ClusterSplit::column_handover);
     }
 
     fn load(&mut self, slot: u32) -> Complex32 {
-        let at = self.place(slot);
-        self.smem.load(at)
+        self.smem[self.rank].load(slot)
     }
 
     fn store(&mut self, slot: u32, v: Complex32) {
-        let at = self.place(slot);
-        self.smem.store(at, v);
+        self.smem[self.rank].store(slot, v);
+    }
+
+    fn load_from_column(&mut self, slot: u32) -> Complex32 {
+        let holder = self.split.map_or(self.rank, |split| split.column_holder(slot) as usize);
+        // Another block's memory: tracked as a read by this item.
+        let item = self.smem[self.rank].item;
+        self.smem[holder].item = item;
+        self.smem[holder].load(slot)
     }
 
     fn twiddle(&mut self, t: u32) -> Complex32 {

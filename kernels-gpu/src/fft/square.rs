@@ -14,7 +14,9 @@
 //! - A block program is written once, generic over [`Block`] (the memory it touches and how its
 //!   threads share out work items), so that the host's tests run the very same code on the CPU,
 //!   check it against f64 and prove its barriers sufficient. The same programs also run spread
-//!   over a cluster of blocks ([`ClusterSplit`]), which is how a few images still fill the GPU.
+//!   over a cluster of blocks ([`ClusterSplit`]), which is how a few images still fill the GPU:
+//!   each step says how its items lie (by row, or by column), and the programs hand the
+//!   values from the rows' blocks to the columns' and back between the two.
 
 use super::dft_reg;
 use crate::complex::Complex32;
@@ -22,12 +24,40 @@ use bytemuck::{Pod, Zeroable};
 
 /// What a block program touches, and how a block's threads share out work items.
 pub trait Block {
-    /// Runs `f(self, item)` for every `item < count`, each on one thread of the block.
+    /// Runs `f(self, item)` for every `item < count`, each on one thread of the block. A
+    /// cluster gives each block a contiguous share: the items of a row step (`row·width + i`)
+    /// run in the block that holds their row.
     fn for_each(&mut self, count: u32, f: impl FnMut(&mut Self, u32));
+    /// [`Block::for_each`] for a column step: `count` is a multiple of `N` and item `x·N + c`
+    /// works on column position `c`; a cluster runs it in the block that holds that column.
+    #[inline(always)]
+    fn for_each_column(&mut self, count: u32, f: impl FnMut(&mut Self, u32)) {
+        self.for_each(count, f)
+    }
+    /// [`Block::for_each_column`] for items `x·N + c` that work on column position
+    /// [`position`]`(c)` (natural column `c`).
+    #[inline(always)]
+    fn for_each_column_position(&mut self, count: u32, f: impl FnMut(&mut Self, u32)) {
+        self.for_each(count, f)
+    }
     /// Every thread's earlier shared-memory accesses happen before any later one.
     fn barrier(&mut self);
+    /// After a barrier, between row steps and column steps: a cluster's blocks hand the values
+    /// of their rows to the blocks that hold the columns, and meet at a barrier. A lone block
+    /// holds every row and column: nothing to do.
+    #[inline(always)]
+    fn rows_to_columns(&mut self) {}
+    /// The other way, between column steps and row steps.
+    #[inline(always)]
+    fn columns_to_rows(&mut self) {}
     fn load(&mut self, slot: u32) -> Complex32;
     fn store(&mut self, slot: u32, v: Complex32);
+    /// A slot last written by a column step, read from wherever this item runs (a cluster
+    /// reaches into the block that holds the column).
+    #[inline(always)]
+    fn load_from_column(&mut self, slot: u32) -> Complex32 {
+        self.load(slot)
+    }
     /// `W_N^t`.
     fn twiddle(&mut self, t: u32) -> Complex32;
     /// Element `offset` of the program's real input.
@@ -54,7 +84,13 @@ pub const fn slot_of(a: u32, b: u32, row: u32, col: u32) -> u32 {
 /// `k = kb + B·ka`.
 #[inline(always)]
 pub fn position<const A: usize, const B: usize>(k: u32) -> u32 {
-    k / B as u32 + A as u32 * (k % B as u32)
+    position_of(A as u32, B as u32, k)
+}
+
+/// [`position`] with the factors as values.
+#[inline(always)]
+pub const fn position_of(a: u32, b: u32, k: u32) -> u32 {
+    k / b + a * (k % b)
 }
 
 /// Shared memory of one block: `N` rows of [`slot`]s.
@@ -112,8 +148,9 @@ pub fn forward_head<const A: usize, const B: usize, M: Block>(
         },
     );
     m.barrier();
+    m.rows_to_columns();
     // Columns: DFT_B, twiddle.
-    m.for_each(
+    m.for_each_column(
         n * a_len,
         #[inline(always)]
         |m, item| {
@@ -171,7 +208,7 @@ pub fn inverse_tail<const A: usize, const B: usize, M: Block>(m: &mut M, rows: u
     let (a_len, b_len) = (A as u32, B as u32);
     let n = a_len * b_len;
     // Columns: inverse DFT_B.
-    m.for_each(
+    m.for_each_column(
         n * a_len,
         #[inline(always)]
         |m, item| {
@@ -187,6 +224,7 @@ pub fn inverse_tail<const A: usize, const B: usize, M: Block>(m: &mut M, rows: u
         },
     );
     m.barrier();
+    m.columns_to_rows();
     // Rows: inverse DFT_A, conjugate twiddle.
     m.for_each(
         rows * b_len,
@@ -232,7 +270,7 @@ pub fn inverse_tail<const A: usize, const B: usize, M: Block>(m: &mut M, rows: u
 #[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
 pub fn write_spectrum<const A: usize, const B: usize, M: Block>(m: &mut M, write: impl Fn(&mut M, u32, Complex32)) {
     let n = (A * B) as u32;
-    m.for_each(
+    m.for_each_column(
         n * B as u32,
         #[inline(always)]
         |m, item| {
@@ -253,7 +291,7 @@ pub fn write_spectrum<const A: usize, const B: usize, M: Block>(m: &mut M, write
 #[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
 pub fn filter_columns<const A: usize, const B: usize, M: Block>(m: &mut M, filter: impl Fn(&mut M, u32) -> Complex32) {
     let n = (A * B) as u32;
-    m.for_each(
+    m.for_each_column(
         n * B as u32,
         #[inline(always)]
         |m, item| {
@@ -282,7 +320,7 @@ pub fn inverse_from_natural<const A: usize, const B: usize, M: Block>(
 ) {
     let (a_len, b_len) = (A as u32, B as u32);
     let n = a_len * b_len;
-    m.for_each(
+    m.for_each_column_position(
         n * b_len,
         #[inline(always)]
         |m, item| {
@@ -305,18 +343,22 @@ pub fn inverse_from_natural<const A: usize, const B: usize, M: Block>(
     );
 }
 
-/// A square transform spread over a cluster of blocks (sm_90's thread block clusters): block
-/// `r` keeps rows `[r·R, (r+1)·R)` of the slots (`R = N / blocks`) in its shared memory and runs
-/// the `r`-th contiguous share of every step's work items. The row steps' items then touch
-/// only the block's own rows; the column steps reach the other blocks' rows through
-/// distributed shared memory. A lone image thus runs on `blocks` SMs instead of one.
+/// A square transform spread over a cluster of blocks (sm_90's thread block clusters). Each
+/// block has shared memory for the whole image (the same slots as a lone block, so its own
+/// accesses cost nothing extra) and holds `share = N / blocks` lines of it: block `r` the
+/// rows `[r·share, (r+1)·share)` during row steps and the column positions of the same range
+/// during column steps. Each step's items run in the block that holds their line
+/// ([`Block::for_each`], [`Block::for_each_column`]); between row and column steps the blocks
+/// hand each other the values that change hands ([`ClusterSplit::row_handover`],
+/// [`ClusterSplit::column_handover`]) by stores into each other's shared memory. A lone image
+/// thus runs on `blocks` SMs instead of one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClusterSplit {
+    pub a: u32,
+    pub b: u32,
     /// Blocks per cluster: 8 where they divide `N` (the most a cluster may portably hold), else
     /// 4 or 2 (every size is even).
     pub blocks: u32,
-    /// Slots each block holds: `R` rows of `(A+1)·B`.
-    pub block_slots: u32,
 }
 
 impl ClusterSplit {
@@ -329,28 +371,73 @@ impl ClusterSplit {
         } else {
             2
         };
-        ClusterSplit { blocks, block_slots: n / blocks * (a + 1) * b }
+        ClusterSplit { a, b, blocks }
     }
 
-    /// The items `[start, end)` of a step of `count` that block `rank` runs (empty when
+    #[inline(always)]
+    pub const fn n(&self) -> u32 {
+        self.a * self.b
+    }
+
+    /// Rows (or columns) each block holds.
+    #[inline(always)]
+    pub const fn share(&self) -> u32 {
+        self.n() / self.blocks
+    }
+
+    /// The items `[start, end)` of a row step of `count` that block `rank` runs (empty when
     /// `start >= end`).
     #[inline(always)]
-    pub const fn items(&self, count: u32, rank: u32) -> (u32, u32) {
+    pub const fn row_items(&self, count: u32, rank: u32) -> (u32, u32) {
         let share = count.div_ceil(self.blocks);
         let start = rank * share;
         let end = start + share;
         (start, if end < count { end } else { count })
     }
 
-    /// The block that holds `slot`, and the slot's place in that block's shared memory.
+    /// How many items of a column step of `count` (a multiple of `N`) each block runs.
     #[inline(always)]
-    pub const fn locate(&self, slot: u32) -> (u32, u32) {
-        let rank = slot / self.block_slots;
-        (rank, slot - rank * self.block_slots)
+    pub const fn column_items(&self, count: u32) -> u32 {
+        count / self.n() * self.share()
     }
 
-    pub const fn smem_bytes(&self) -> u32 {
-        self.block_slots * size_of::<Complex32>() as u32
+    /// Block `rank`'s `index`-th item of a column step: `x·N + c` with column position `c`
+    /// in its share, or with `positioned`, natural column `c` whose [`position`] is.
+    #[inline(always)]
+    pub const fn column_item(&self, index: u32, rank: u32, positioned: bool) -> u32 {
+        let (x, p) = (index / self.share(), rank * self.share() + index % self.share());
+        // `position(c) = c / B + A·(c mod B)`, inverted.
+        let c = if positioned { (p % self.a) * self.b + p / self.a } else { p };
+        x * self.n() + c
+    }
+
+    /// Handovers each block makes after row steps, and after column steps: `share · N`.
+    #[inline(always)]
+    pub const fn handovers(&self) -> u32 {
+        self.share() * self.n()
+    }
+
+    /// Block `rank`'s `index`-th handover after row steps: the slot of one of its rows, and
+    /// the block that holds that slot's column (the value moves only where that is another).
+    #[inline(always)]
+    pub const fn row_handover(&self, index: u32, rank: u32) -> (u32, u32) {
+        let (row, p) = (rank * self.share() + index / self.n(), index % self.n());
+        (slot_of(self.a, self.b, row, p), p / self.share())
+    }
+
+    /// Block `rank`'s `index`-th handover after column steps: the slot of one of its columns,
+    /// and the block that holds that slot's row.
+    #[inline(always)]
+    pub const fn column_handover(&self, index: u32, rank: u32) -> (u32, u32) {
+        let (row, p) = (index / self.share(), rank * self.share() + index % self.share());
+        (slot_of(self.a, self.b, row, p), row / self.share())
+    }
+
+    /// The block that holds the column of `slot` during column steps.
+    #[inline(always)]
+    pub const fn column_holder(&self, slot: u32) -> u32 {
+        let within = slot % ((self.a + 1) * self.b);
+        (within - within / (self.a + 1)) / self.share()
     }
 }
 
@@ -399,7 +486,7 @@ impl Fft2dSize {
     /// transform step.
     pub const fn cluster_threads(&self) -> u32 {
         let widest = if self.a > self.b { self.a } else { self.b };
-        (self.side() * widest).div_ceil(self.split().blocks).next_multiple_of(32)
+        (self.split().share() * widest).next_multiple_of(32)
     }
 }
 
@@ -447,7 +534,7 @@ pub fn fft2d_r2c<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dP
             Complex32::new(m.read_real(image(first) + at), im)
         },
     );
-    m.for_each(
+    m.for_each_column(
         n * b_len,
         #[inline(always)]
         |m, item| {
@@ -465,8 +552,9 @@ pub fn fft2d_r2c<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dP
         |m, item| {
             let (row, col) = (item / half, item % half);
             let mirror = |k: u32| if k == 0 { 0 } else { n - k };
-            let z = m.load(slot::<A, B>(position::<A, B>(row), position::<A, B>(col)));
-            let zm = m.load(slot::<A, B>(position::<A, B>(mirror(row)), position::<A, B>(mirror(col)))).conj();
+            let z = m.load_from_column(slot::<A, B>(position::<A, B>(row), position::<A, B>(col)));
+            let zm =
+                m.load_from_column(slot::<A, B>(position::<A, B>(mirror(row)), position::<A, B>(mirror(col)))).conj();
             let half_scale = 0.5 * p.scale;
             m.write_complex(spectrum(first) + item as u64, (z + zm).scale(half_scale));
             if has_second {
@@ -539,7 +627,7 @@ pub fn fft2d<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dParam
             #[inline(always)]
             |m, row, col| m.read_complex(base + (row * n + col) as u64),
         );
-        m.for_each(
+        m.for_each_column_position(
             n * b_len,
             #[inline(always)]
             |m, item| {
@@ -688,8 +776,8 @@ pub struct GpuBlock {
     complex_out: u64,
 }
 
-/// A block's share of a [`ClusterSplit`] transform: its items, and every slot of the cluster
-/// through distributed shared memory.
+/// A block's share of a [`ClusterSplit`] transform: its items, its own shared memory, and the
+/// other blocks' for handovers.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
 pub struct GpuClusterBlock<const A: usize, const B: usize> {
     global: GpuBlock,
@@ -791,17 +879,43 @@ mod device {
                 cluster_sync();
             }
 
+            /// `slot` of block `rank`, as this thread reaches it.
             #[inline(always)]
-            fn address(&self, slot: u32) -> u32 {
-                let (rank, local) = Self::SPLIT.locate(slot);
-                cluster_map(self.global.smem + 8 * local, rank)
+            fn remote(&self, slot: u32, rank: u32) -> u32 {
+                cluster_map(self.global.smem + 8 * slot, rank)
+            }
+
+            /// Stores each of this block's handovers whose slot another block holds there,
+            /// then meets the others at a barrier.
+            #[inline(always)]
+            fn hand_over(&mut self, handover: impl Fn(u32, u32) -> (u32, u32)) {
+                let (mut index, step) = (thread_idx_x(), block_dim_x());
+                while index < Self::SPLIT.handovers() {
+                    let (slot, holder) = handover(index, self.rank);
+                    if holder != self.rank {
+                        let v = self.global.load(slot);
+                        st_cluster_f32x2(self.remote(slot, holder), [v.re, v.im]);
+                    }
+                    index += step;
+                }
+                cluster_sync();
+            }
+
+            #[inline(always)]
+            fn for_each_in_columns(&mut self, count: u32, positioned: bool, mut f: impl FnMut(&mut Self, u32)) {
+                let (mut index, step) = (thread_idx_x(), block_dim_x());
+                let items = Self::SPLIT.column_items(count);
+                while index < items {
+                    f(self, Self::SPLIT.column_item(index, self.rank, positioned));
+                    index += step;
+                }
             }
         }
 
         impl<const A: usize, const B: usize> Block for GpuClusterBlock<A, B> {
             #[inline(always)]
             fn for_each(&mut self, count: u32, mut f: impl FnMut(&mut Self, u32)) {
-                let (start, end) = Self::SPLIT.items(count, self.rank);
+                let (start, end) = Self::SPLIT.row_items(count, self.rank);
                 let (mut item, step) = (start + thread_idx_x(), block_dim_x());
                 while item < end {
                     f(self, item);
@@ -810,18 +924,43 @@ mod device {
             }
 
             #[inline(always)]
+            fn for_each_column(&mut self, count: u32, f: impl FnMut(&mut Self, u32)) {
+                self.for_each_in_columns(count, false, f);
+            }
+
+            #[inline(always)]
+            fn for_each_column_position(&mut self, count: u32, f: impl FnMut(&mut Self, u32)) {
+                self.for_each_in_columns(count, true, f);
+            }
+
+            #[inline(always)]
             fn barrier(&mut self) {
                 cluster_sync();
             }
 
             #[inline(always)]
+            fn rows_to_columns(&mut self) {
+                self.hand_over(|i, rank| Self::SPLIT.row_handover(i, rank));
+            }
+
+            #[inline(always)]
+            fn columns_to_rows(&mut self) {
+                self.hand_over(|i, rank| Self::SPLIT.column_handover(i, rank));
+            }
+
+            #[inline(always)]
             fn load(&mut self, slot: u32) -> Complex32 {
-                complex(ld_cluster_f32x2(self.address(slot)))
+                self.global.load(slot)
             }
 
             #[inline(always)]
             fn store(&mut self, slot: u32, v: Complex32) {
-                st_cluster_f32x2(self.address(slot), [v.re, v.im]);
+                self.global.store(slot, v);
+            }
+
+            #[inline(always)]
+            fn load_from_column(&mut self, slot: u32) -> Complex32 {
+                complex(ld_cluster_f32x2(self.remote(slot, Self::SPLIT.column_holder(slot))))
             }
 
             #[inline(always)]
