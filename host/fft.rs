@@ -1,9 +1,8 @@
 //! Batched complex FFTs (kernels in `kernels-gpu/src/fft/`):
 //! - [`FftPlan`]: 1D, lengths `2^a 3^b 5^c 7^d` up to [`FFT_MAX_N`], any element stride and a
 //!   two-level batch layout (so rows and columns of images are both one launch).
-//! - [`Fft2dPlan`]: square 2D transforms of the sizes in [`fft2d_sizes`] (12 to 160), natural
-//!   order in and out; one image per block held in shared memory, or for few images, one per
-//!   cluster of blocks ([`Fft2dVariant`]).
+//! - [`Fft2dPlan`]: square 2D transforms of the sizes in [`fft2d_sizes`] (12 to 160), one
+//!   image per block held in shared memory, natural order in and out.
 
 use crate::{Error, Gpu, Result};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
@@ -185,33 +184,9 @@ pub fn fft2d_sizes() -> &'static [Fft2dSize] {
     FFT2D_SIZES
 }
 
-/// How a 2D transform is spread over the GPU: the variants of [`Fft2dPlan`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum Fft2dVariant {
-    /// One image (real transforms: a pair of images) per block, in its shared memory.
-    Block,
-    /// One image (pair) per cluster of blocks ([`kernels_gpu::fft::square::ClusterSplit`]), each holding a share of the
-    /// rows and reaching the others' through distributed shared memory: more SMs for few
-    /// images. Needs sm_90 or later.
-    Cluster,
-}
-
-impl Fft2dVariant {
-    pub const ALL: [Fft2dVariant; 2] = [Fft2dVariant::Block, Fft2dVariant::Cluster];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Fft2dVariant::Block => "block",
-            Fft2dVariant::Cluster => "cluster",
-        }
-    }
-}
-
 /// Square 2D transforms of one size: `images` contiguous `n x n` complex images.
 pub struct Fft2dPlan {
     size: Fft2dSize,
-    /// Set by [`Fft2dPlan::with_variant`]; else [`Fft2dPlan::variant_for`] picks per launch.
-    variant: Option<Fft2dVariant>,
     twiddles: CudaSlice<Complex32>,
 }
 
@@ -222,33 +197,11 @@ impl Fft2dPlan {
             let sides: Vec<String> = FFT2D_SIZES.iter().map(|s| s.side().to_string()).collect();
             Error::invalid("n", format!("= {n} is not a 2D transform size (sizes: {})", sides.join(", ")))
         })?;
-        Ok(Fft2dPlan { size, variant: None, twiddles: gpu.upload(&twiddles(n))? })
-    }
-
-    /// The same plan, always launching `variant` (the cluster one fails on a GPU older than
-    /// sm_90).
-    pub fn with_variant(self, gpu: &Gpu, variant: Fft2dVariant) -> Result<Self> {
-        if variant == Fft2dVariant::Cluster && gpu.ptx_arch() < 90 {
-            return Err(Error::Unsupported {
-                algorithm: self.size.cluster.c2c,
-                reason: format!("thread block clusters need sm_90 or later (loaded PTX: sm_{})", gpu.ptx_arch()),
-            });
-        }
-        Ok(Fft2dPlan { variant: Some(variant), ..self })
+        Ok(Fft2dPlan { size, twiddles: gpu.upload(&twiddles(n))? })
     }
 
     pub fn size(&self) -> &Fft2dSize {
         &self.size
-    }
-
-    /// The variant a launch of `units` images (real transforms: pairs of images) runs: the
-    /// plan's own, else clusters where one block per unit would leave SMs idle.
-    pub fn variant_for(&self, gpu: &Gpu, units: usize) -> Fft2dVariant {
-        self.variant.unwrap_or(if gpu.ptx_arch() >= 90 && units < gpu.sm_count() as usize {
-            Fft2dVariant::Cluster
-        } else {
-            Fft2dVariant::Block
-        })
     }
 
     /// Transforms the `images` images of `input` into `output` on `stream`, every output
@@ -266,7 +219,7 @@ impl Fft2dPlan {
     ) -> Result<()> {
         let n = self.size.side() as usize;
         let inverse = (direction == Direction::Inverse) as u32;
-        self.launch(gpu, stream, Kind::C2c, images, [n * n, n * n], inverse, scale, input, output)
+        self.launch(gpu, stream, self.size.name, images, [n * n, n * n], inverse, scale, input, output)
     }
 
     /// Real-to-complex: the `images` real `n x n` images of `input` into their half spectra
@@ -282,7 +235,7 @@ impl Fft2dPlan {
     ) -> Result<()> {
         let n = self.size.side() as usize;
         let half = half_columns(n as u32) as usize;
-        self.launch(gpu, stream, Kind::R2c, images, [n * n, n * half], 0, scale, input, output)
+        self.launch(gpu, stream, self.size.r2c_kernel, images, [n * n, n * half], 0, scale, input, output)
     }
 
     /// Complex-to-real: the half spectra of `input` back to real images (unnormalised: times
@@ -299,16 +252,16 @@ impl Fft2dPlan {
     ) -> Result<()> {
         let n = self.size.side() as usize;
         let half = half_columns(n as u32) as usize;
-        self.launch(gpu, stream, Kind::C2r, images, [n * half, n * n], 1, scale, input, output)
+        self.launch(gpu, stream, self.size.c2r_kernel, images, [n * half, n * n], 1, scale, input, output)
     }
 
-    /// One launch of `kind`: `per_image` elements of input and of output per image.
+    /// One launch of `kernel`: `per_image` elements of input and of output per image.
     #[allow(clippy::too_many_arguments)]
     fn launch<I, O>(
         &self,
         gpu: &Gpu,
         stream: &CudaStream,
-        kind: Kind,
+        kernel: &'static str,
         images: usize,
         per_image: [usize; 2],
         inverse: u32,
@@ -329,47 +282,23 @@ impl Fft2dPlan {
         for (what, buffer_stream) in [("input", input.stream()), ("output", output.stream())] {
             gpu.check_stream(buffer_stream).map_err(|_| Error::ForeignContext { what: format!("buffer `{what}`") })?;
         }
-        // The real kernels take a pair of images per unit.
-        let units = if kind == Kind::C2c { images } else { images.div_ceil(2) };
-        let variant = self.variant_for(gpu, units);
-        let (entries, per_unit, preferred, smem) = match variant {
-            Fft2dVariant::Block => (&self.size.block, 1, self.size.threads, self.size.smem_bytes()),
-            Fft2dVariant::Cluster => {
-                (&self.size.cluster, self.size.split().blocks, self.size.cluster_threads(), self.size.smem_bytes())
-            }
-        };
-        let kernel = match kind {
-            Kind::C2c => entries.c2c,
-            Kind::R2c => entries.r2c,
-            Kind::C2r => entries.c2r,
-        };
-        let blocks = units as u64 * per_unit as u64;
-        if blocks > i32::MAX as u64 {
-            return Err(Error::invalid("images", format!("= {images} needs more than 2^31-1 blocks")));
-        }
-        let threads = gpu.block_threads(kernel, preferred, blocks)?;
+        // The real kernels take a pair of images per block.
+        let blocks = if kernel == self.size.name { images } else { images.div_ceil(2) };
+        let threads = gpu.block_threads(kernel, self.size.threads, blocks as u64)?;
         {
             let (twiddles, _t) = self.twiddles.device_ptr(stream);
             let (input, _i) = input.device_ptr(stream);
             let (output, _o) = output.device_ptr_mut(stream);
             let p = Fft2dParams { input, output, twiddles, images: images as u32, inverse, scale, _pad: 0 };
-            let cfg =
-                LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem };
+            let cfg = LaunchConfig {
+                grid_dim: (blocks as u32, 1, 1),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: self.size.smem_bytes(),
+            };
             // Safety: both buffers hold exactly `images` images of their kind (checked above);
-            // the twiddles are n; a cluster kernel is launched in clusters of its split.
-            match variant {
-                Fft2dVariant::Block => unsafe { gpu.launch(stream, kernel, cfg, p) }?,
-                Fft2dVariant::Cluster => unsafe { gpu.launch_cluster(stream, kernel, cfg, per_unit, p) }?,
-            }
+            // the twiddles are n.
+            unsafe { gpu.launch(stream, kernel, cfg, p) }?;
         }
         gpu.check_deferred()
     }
-}
-
-/// Which transform a launch runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    C2c,
-    R2c,
-    C2r,
 }

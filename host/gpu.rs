@@ -179,58 +179,6 @@ impl Gpu {
             .map_err(|source| Error::Cuda { call: "cuLaunchKernel", source })
     }
 
-    /// [`Gpu::launch`] in clusters of `cluster` blocks along x (thread block clusters, sm_90):
-    /// the blocks of a cluster run at once and reach each other's shared memory.
-    ///
-    /// # Safety
-    /// As [`Gpu::launch`]; the kernel must be built for clusters of this size.
-    pub(crate) unsafe fn launch_cluster<P: bytemuck::Pod>(
-        &self,
-        stream: &CudaStream,
-        name: &'static str,
-        cfg: LaunchConfig,
-        cluster: u32,
-        params: P,
-    ) -> Result<()> {
-        self.check_stream(stream)?;
-        if self.ptx_arch < 90 || cluster == 0 || !cfg.grid_dim.0.is_multiple_of(cluster) {
-            return Err(Error::Unsupported {
-                algorithm: name,
-                reason: format!(
-                    "clusters of {cluster} blocks need PTX for sm_90 or later (loaded: sm_{}) and must divide the grid \
-                     ({} blocks)",
-                    self.ptx_arch, cfg.grid_dim.0
-                ),
-            });
-        }
-        let function = self.function(name)?;
-        // Safety: a plain C union of integers; all zeros is a valid value of each member.
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster, y: 1, z: 1 };
-        let config = sys::CUlaunchConfig {
-            gridDimX: cfg.grid_dim.0,
-            gridDimY: cfg.grid_dim.1,
-            gridDimZ: cfg.grid_dim.2,
-            blockDimX: cfg.block_dim.0,
-            blockDimY: cfg.block_dim.1,
-            blockDimZ: cfg.block_dim.2,
-            sharedMemBytes: cfg.shared_mem_bytes,
-            hStream: stream.cu_stream(),
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
-        let mut params = params;
-        let mut args = [(&mut params as *mut P).cast::<std::ffi::c_void>()];
-        let call = "cuLaunchKernelEx";
-        self.ctx.bind_to_thread().map_err(|source| Error::Cuda { call, source })?;
-        // Safety: `args` holds the one parameter the kernel takes (the caller vouches for it),
-        // alive across the call, which copies it.
-        unsafe { sys::cuLaunchKernelEx(&config, function.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }
-            .result()
-            .map_err(|source| Error::Cuda { call, source })
-    }
-
     /// Fails unless `stream` belongs to this GPU's context.
     pub(crate) fn check_stream(&self, stream: &CudaStream) -> Result<()> {
         if stream.context().cu_ctx() == self.ctx.cu_ctx() {

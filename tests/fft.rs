@@ -13,10 +13,7 @@ use kernels_gpu::{
     cgemm::Complex32,
     fft::{
         dft, passes,
-        square::{
-            ClusterSplit, FFT2D_SIZES, Fft2dParams, Fft2dSize, fft2d, fft2d_c2r, fft2d_r2c, half_columns, position_of,
-            slot_of,
-        },
+        square::{FFT2D_SIZES, Fft2dParams, Fft2dSize, fft2d, fft2d_c2r, fft2d_r2c, half_columns},
     },
 };
 
@@ -147,15 +144,8 @@ fn layouts_are_validated() {
     bad(FftLayout { outer_dist: usize::MAX / 4, ..FftLayout::rows(8, 9) }, "batch");
 }
 
-/// A block, or with `cluster` a whole cluster ([`Fft2dSize::split`]), for one image of `size`.
-fn cpu_block<'a>(size: &Fft2dSize, cluster: bool, table: &'a [Complex32], written: &'a mut [bool]) -> CpuBlock<'a> {
-    let slots = size.smem_bytes() as usize / size_of::<Complex32>();
-    if cluster { CpuBlock::cluster(size.split(), slots, table, written) } else { CpuBlock::new(slots, table, written) }
-}
-
-/// The standalone 2D FFT's block program for `size` on the CPU, over every image of `input`,
-/// on a block or a cluster of them.
-fn emulate_2d(size: &Fft2dSize, cluster: bool, input: &[Complex32], inverse: bool, scale: f32) -> Vec<Complex32> {
+/// The standalone 2D FFT's block program for `size` on the CPU, over every image of `input`.
+fn emulate_2d(size: &Fft2dSize, input: &[Complex32], inverse: bool, scale: f32) -> Vec<Complex32> {
     let n = size.side() as usize;
     let table = twiddles(n);
     let mut output = vec![Complex32::new(f32::NAN, f32::NAN); input.len()];
@@ -170,7 +160,7 @@ fn emulate_2d(size: &Fft2dSize, cluster: bool, input: &[Complex32], inverse: boo
         _pad: 0,
     };
     for image in 0..p.images {
-        let mut m = cpu_block(size, cluster, &table, &mut written);
+        let mut m = CpuBlock::new(size.smem_bytes() as usize / size_of::<Complex32>(), &table, &mut written);
         (m.complex_in, m.complex_out) = (input, &mut output);
         macro_rules! dispatch {
             ($(($n:literal, $a:literal, $b:literal, $threads:literal)),* $(,)?) => {
@@ -182,7 +172,7 @@ fn emulate_2d(size: &Fft2dSize, cluster: bool, input: &[Complex32], inverse: boo
         }
         kernels_gpu::square_sizes!(dispatch);
     }
-    assert!(written.iter().all(|&w| w), "{} (cluster: {cluster}): an output was never written", size.block.c2c);
+    assert!(written.iter().all(|&w| w), "{}: an output was never written", size.name);
     output
 }
 
@@ -214,79 +204,25 @@ fn the_2d_transforms_match_an_f64_dft_and_invert() {
         let n = size.side() as usize;
         let x: Vec<Complex32> =
             host_uniform(500 + i as u64, 4 * n * n).chunks(2).map(|p| Complex32::new(p[0], p[1])).collect();
-        for cluster in [false, true] {
-            let what = if cluster { size.cluster.c2c } else { size.block.c2c };
-            let forward = emulate_2d(size, cluster, &x, false, 1.0);
-            for image in 0..2 {
-                let at = image * n * n..(image + 1) * n * n;
-                let err = rel_l2(&forward[at.clone()], &dft2d_f64(&x[at], n));
-                assert!(err <= 1e-6, "{what}: forward relative L2 error {err:e}");
-                worst = worst.max(err);
-            }
-            let back = emulate_2d(size, cluster, &forward, true, 1.0 / (n * n) as f32);
-            let exact: Vec<(f64, f64)> = x.iter().map(|v| (v.re as f64, v.im as f64)).collect();
-            let err = rel_l2(&back, &exact);
-            assert!(err <= 1e-6, "{what}: round trip relative L2 error {err:e}");
+        let forward = emulate_2d(size, &x, false, 1.0);
+        for image in 0..2 {
+            let at = image * n * n..(image + 1) * n * n;
+            let err = rel_l2(&forward[at.clone()], &dft2d_f64(&x[at], n));
+            assert!(err <= 1e-6, "{}: forward relative L2 error {err:e}", size.name);
+            worst = worst.max(err);
         }
+        let back = emulate_2d(size, &forward, true, 1.0 / (n * n) as f32);
+        let exact: Vec<(f64, f64)> = x.iter().map(|v| (v.re as f64, v.im as f64)).collect();
+        let err = rel_l2(&back, &exact);
+        assert!(err <= 1e-6, "{}: round trip relative L2 error {err:e}", size.name);
     }
     println!("worst relative L2 error of the forward 2D transforms: {worst:e}");
-}
-
-/// A cluster's blocks run the row steps' items on the rows they hold, the column steps' on the
-/// columns they hold, and hand over every value that changes hands exactly once.
-#[test]
-fn cluster_blocks_work_on_the_lines_they_hold() {
-    for size in FFT2D_SIZES {
-        let (a, b, n) = (size.a, size.b, size.side());
-        let split = size.split();
-        let name = size.cluster.c2c;
-        assert!(n % split.blocks == 0 && split.blocks <= 8, "{name}: {} blocks", split.blocks);
-        let share = split.share();
-        // Row steps: items `row · width + i` for widths A (DFT_B) and B (DFT_A).
-        for width in [a, b] {
-            for rank in 0..split.blocks {
-                let (start, end) = split.row_items(n * width, rank);
-                assert!((start..end).all(|item| item / width / share == rank), "{name}: block {rank}'s rows");
-            }
-        }
-        // Column steps: natural columns, or the columns whose positions the block holds.
-        for rank in 0..split.blocks {
-            for index in 0..split.column_items(n * a) {
-                let item = split.column_item(index, rank, false);
-                assert_eq!(item % n / share, rank, "{name}: block {rank}'s columns");
-                let natural = split.column_item(index, rank, true) % n;
-                assert_eq!(position_of(a, b, natural) / share, rank, "{name}: block {rank}'s positions");
-            }
-        }
-        // Handovers: after row steps, each slot of the image goes from its row's block to its
-        // column's; after column steps, back; each exactly once, padding slots never.
-        let row_slots = (a + 1) * b;
-        let real: Vec<u32> = (0..n).flat_map(|row| (0..n).map(move |col| slot_of(a, b, row, col))).collect();
-        for (which, handover) in [
-            ("row", ClusterSplit::row_handover as fn(&ClusterSplit, u32, u32) -> (u32, u32)),
-            ("column", ClusterSplit::column_handover),
-        ] {
-            let mut seen = vec![0; (n * row_slots) as usize];
-            for rank in 0..split.blocks {
-                for index in 0..split.handovers() {
-                    let (slot, to) = handover(&split, index, rank);
-                    let (row_block, column_block) = (slot / row_slots / share, split.column_holder(slot));
-                    let from_to = if which == "row" { (row_block, column_block) } else { (column_block, row_block) };
-                    assert_eq!(from_to, (rank, to), "{name}: {which} handover of slot {slot}");
-                    seen[slot as usize] += 1;
-                }
-            }
-            assert!(real.iter().all(|&s| seen[s as usize] == 1), "{name}: {which} handovers miss or repeat a slot");
-            assert_eq!(seen.iter().sum::<u32>(), n * n, "{name}: a padding slot handed over");
-        }
-    }
 }
 
 /// The real transforms' block programs for `size` on the CPU: real-to-complex of the real
 /// `images` (`r2c`), or complex-to-real of the half `spectra`.
 fn emulate_real(
     size: &Fft2dSize,
-    cluster: bool,
     images: usize,
     real: &[f32],
     spectra: &[Complex32],
@@ -303,7 +239,7 @@ fn emulate_real(
     let mut written = vec![false; real_out.len().max(complex_out.len())];
     let p = Fft2dParams { input: 0, output: 0, twiddles: 0, images: images as u32, inverse: 0, scale: 1.0, _pad: 0 };
     for pair in 0..images.div_ceil(2) as u32 {
-        let mut m = cpu_block(size, cluster, &table, &mut written);
+        let mut m = CpuBlock::new(size.smem_bytes() as usize / size_of::<Complex32>(), &table, &mut written);
         (m.real_in, m.complex_in, m.real_out, m.complex_out) = (real, spectra, &mut real_out, &mut complex_out);
         macro_rules! dispatch {
             ($(($n:literal, $a:literal, $b:literal, $threads:literal)),* $(,)?) => {
@@ -315,7 +251,7 @@ fn emulate_real(
         }
         kernels_gpu::square_sizes!(dispatch);
     }
-    assert!(written.iter().all(|&w| w), "{} (cluster: {cluster}): an output was never written", size.block.r2c);
+    assert!(written.iter().all(|&w| w), "{}: an output was never written", size.name);
     (real_out, complex_out)
 }
 
@@ -328,26 +264,22 @@ fn the_real_2d_transforms_match_an_f64_dft_and_invert() {
         // An odd count: the last pair has one image.
         let images = 3;
         let x = host_uniform(900 + i as u64, images * n * n);
-        for cluster in [false, true] {
-            let what = if cluster { size.cluster.r2c } else { size.block.r2c };
-            let (_, spectra) = emulate_real(size, cluster, images, &x, &[], true);
-            for image in 0..images {
-                let complex: Vec<Complex32> =
-                    x[image * n * n..][..n * n].iter().map(|&v| Complex32::new(v, 0.0)).collect();
-                let full = dft2d_f64(&complex, n);
-                let exact: Vec<(f64, f64)> =
-                    (0..n).flat_map(|r| (0..half).map(move |c| (r, c))).map(|(r, c)| full[r * n + c]).collect();
-                let err = rel_l2(&spectra[image * n * half..][..n * half], &exact);
-                assert!(err <= 1e-6, "{what} image {image}: real-to-complex relative L2 error {err:e}");
-                worst = worst.max(err);
-            }
-            let (back, _) = emulate_real(size, cluster, images, &[], &spectra, false);
-            let scale = 1.0 / (n * n) as f64;
-            let back: Vec<Complex32> = back.iter().map(|&v| Complex32::new((v as f64 * scale) as f32, 0.0)).collect();
-            let exact: Vec<(f64, f64)> = x.iter().map(|&v| (v as f64, 0.0)).collect();
-            let err = rel_l2(&back, &exact);
-            assert!(err <= 1e-6, "{what}: real round trip relative L2 error {err:e}");
+        let (_, spectra) = emulate_real(size, images, &x, &[], true);
+        for image in 0..images {
+            let complex: Vec<Complex32> = x[image * n * n..][..n * n].iter().map(|&v| Complex32::new(v, 0.0)).collect();
+            let full = dft2d_f64(&complex, n);
+            let exact: Vec<(f64, f64)> =
+                (0..n).flat_map(|r| (0..half).map(move |c| (r, c))).map(|(r, c)| full[r * n + c]).collect();
+            let err = rel_l2(&spectra[image * n * half..][..n * half], &exact);
+            assert!(err <= 1e-6, "{} image {image}: real-to-complex relative L2 error {err:e}", size.name);
+            worst = worst.max(err);
         }
+        let (back, _) = emulate_real(size, images, &[], &spectra, false);
+        let scale = 1.0 / (n * n) as f64;
+        let back: Vec<Complex32> = back.iter().map(|&v| Complex32::new((v as f64 * scale) as f32, 0.0)).collect();
+        let exact: Vec<(f64, f64)> = x.iter().map(|&v| (v as f64, 0.0)).collect();
+        let err = rel_l2(&back, &exact);
+        assert!(err <= 1e-6, "{}: real round trip relative L2 error {err:e}", size.name);
     }
     println!("worst relative L2 error of the real-to-complex transforms: {worst:e}");
 }

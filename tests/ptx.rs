@@ -27,8 +27,8 @@ use kernels_gpu::{
 };
 use std::{collections::BTreeMap, path::PathBuf, process::Command};
 
-/// Every entry point the host launches on sm_`cc`, with the size of the one struct it takes.
-fn kernels(cc: u32) -> Vec<(&'static str, usize)> {
+/// Every entry point the host launches, with the size of the one struct it takes.
+fn kernels() -> Vec<(&'static str, usize)> {
     let direct = DIRECT_FWD_VARIANTS.iter().flat_map(|t| t.entries.all());
     let mut all: Vec<_> = direct.map(|name| (name, size_of::<DirectFwdParams>())).collect();
     all.extend(DEPTHWISE_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DepthwiseFwdParams>())));
@@ -43,9 +43,7 @@ fn kernels(cc: u32) -> Vec<(&'static str, usize)> {
     all.push((EPILOGUE_KERNEL, size_of::<EpiloguePassParams>()));
     all.extend(CGEMM_TILES.iter().map(|t| (t.name, size_of::<CgemmParams>())));
     for size in FFT2D_SIZES {
-        // Thread block clusters: sm_90 and later.
-        let entries = [size.block].into_iter().chain((cc >= 90).then_some(size.cluster)).flat_map(|e| e.all());
-        all.extend(entries.map(|name| (name, size_of::<Fft2dParams>())));
+        all.extend([size.name, size.r2c_kernel, size.c2r_kernel].map(|name| (name, size_of::<Fft2dParams>())));
     }
     for size in FFT_GEMM_SIZES {
         let kernels = [size.input_kernel, size.filter_kernel, size.output_kernel, size.depthwise_kernel];
@@ -117,9 +115,9 @@ fn assemble(cc: u32, ptx: &str) -> BTreeMap<String, (u32, u32, u32, u32)> {
 #[test]
 fn every_module_assembles_without_spills() {
     assert!(!PTX_MODULES.is_empty());
+    let mut want: Vec<&str> = kernels().into_iter().map(|(name, _)| name).collect();
+    want.sort();
     for (cc, ptx) in PTX_MODULES {
-        let mut want: Vec<&str> = kernels(*cc).into_iter().map(|(name, _)| name).collect();
-        want.sort();
         let entries = assemble(*cc, ptx);
         let names: Vec<&str> = entries.keys().map(String::as_str).collect();
         assert_eq!(names, want, "sm_{cc}: entry points");
@@ -134,7 +132,7 @@ fn every_module_assembles_without_spills() {
 #[test]
 fn kernel_parameters_match_the_host_struct() {
     for (cc, ptx) in PTX_MODULES {
-        for (name, size) in kernels(*cc) {
+        for (name, size) in kernels() {
             let decl = format!(".param .align 8 .b8 {name}_param_0[{size}]");
             assert!(ptx.contains(&decl), "sm_{cc}: {name} does not take one {size}-byte parameter struct");
         }
@@ -147,35 +145,5 @@ fn magic_division_uses_a_32_bit_multiply_high() {
         assert!(ptx.contains("mul.hi.u32"), "sm_{cc}: no mul.hi.u32 in the PTX");
         // The unpacking of blockIdx.z must not widen to a 64-bit multiply-high.
         assert!(!ptx.contains("mul.hi.u64") && !ptx.contains("mul.hi.s64"), "sm_{cc}: 64-bit multiply-high");
-    }
-}
-
-/// The PTX of entry point `name`.
-fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
-    let start = ptx.find(&format!(".entry {name}(")).unwrap_or_else(|| panic!("no entry {name}"));
-    let end = ptx[start..].find("\n}\n").expect("an entry ends with a closing brace") + start;
-    &ptx[start..end]
-}
-
-/// A cluster FFT kernel runs the block kernel's program with cluster barriers for its block
-/// barriers, plus one at each end and one per handover between row and column steps (the
-/// complex kernel has a forward and an inverse program, one each; the real ones one). More
-/// would mean LLVM copied a barrier into divergent branches: threads of one warp at two
-/// `.aligned` barriers hang the kernel.
-#[test]
-fn cluster_fft_kernels_keep_one_barrier_per_step() {
-    for (cc, ptx) in PTX_MODULES.iter().filter(|(cc, _)| *cc >= 90) {
-        for size in FFT2D_SIZES {
-            for ((block, cluster), handovers) in size.block.all().into_iter().zip(size.cluster.all()).zip([2, 1, 1]) {
-                let steps = entry_body(ptx, block).matches("bar.sync").count();
-                let waits = entry_body(ptx, cluster).matches("barrier.cluster.wait").count();
-                assert!(steps > 0, "sm_{cc} {block}: no barrier");
-                assert_eq!(
-                    waits,
-                    steps + 2 + handovers,
-                    "sm_{cc} {cluster}: cluster barriers against {block}'s {steps}"
-                );
-            }
-        }
     }
 }

@@ -1247,7 +1247,7 @@ fn run_check_fft(device: usize, args: &FftCheckArgs) -> Result<ExitCode, Error> 
     let mut rows = Vec::new();
     for (i, case) in cases.iter().enumerate() {
         bar.set_message(case.label());
-        rows.push(fft_harness::check_case(&gpu, case, mix(seed, i as u64))?);
+        rows.push((*case, fft_harness::check_case(&gpu, case, mix(seed, i as u64))?));
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -1255,29 +1255,17 @@ fn run_check_fft(device: usize, args: &FftCheckArgs) -> Result<ExitCode, Error> 
     for line in info.header() {
         println!("{line}");
     }
-    println!("\n| transform | variant | ours vs f64 DFT | cuFFT vs f64 DFT | ours vs cuFFT (all images) |");
-    println!("| --- | --- | ---: | ---: | ---: |");
-    for check in &rows {
-        for (variant, ours, between) in &check.ours {
-            println!(
-                "| {} | {} | {ours:.2e} | {:.2e} | {between:.2e} |",
-                check.case.label(),
-                variant.name(),
-                check.cufft
-            );
-        }
+    println!("\n| transform | ours vs f64 DFT | cuFFT vs f64 DFT | ours vs cuFFT (all images) |");
+    println!("| --- | ---: | ---: | ---: |");
+    for (case, [ours, cufft, between]) in &rows {
+        println!("| {} | {ours:.2e} | {cufft:.2e} | {between:.2e} |", case.label());
     }
-    let runs = rows.iter().map(|c| c.ours.len()).sum::<usize>();
-    let failed: Vec<String> = rows
-        .iter()
-        .flat_map(|c| c.ours.iter().filter(|(_, ours, _)| !fft_passes(*ours)).map(|(v, ..)| (c.case.label(), v.name())))
-        .map(|(case, variant)| format!("{case} ({variant})"))
-        .collect();
+    let failed: Vec<String> =
+        rows.iter().filter(|(_, [ours, _, _])| !fft_passes(*ours)).map(|(c, _)| c.label()).collect();
     println!(
-        "\ncheck fft: {} passed, {} failed ({} cases x variants; relative L2 error against an f64 DFT of the first images at most {FFT_TOLERANCE:e})",
-        runs - failed.len(),
-        failed.len(),
-        rows.len()
+        "\ncheck fft: {} passed, {} failed (relative L2 error against an f64 DFT of the first images at most {FFT_TOLERANCE:e})",
+        rows.len() - failed.len(),
+        failed.len()
     );
     if failed.is_empty() {
         Ok(ExitCode::SUCCESS)
@@ -1330,24 +1318,16 @@ fn run_bench_fft(device: usize, args: &FftBenchArgs) -> Result<ExitCode, Error> 
         schedule.reps,
         min_working_set >> 20
     );
-    println!(
-        "\n| transform | ours | ours ms (p10-p90) | block ms | cluster ms | cuFFT ms | vs cuFFT | % HBM | ours err | cuFFT err |"
-    );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("\n| transform | ours ms (p10-p90) | cuFFT ms | vs cuFFT | % HBM | ours err | cuFFT err |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     for r in &rows {
-        let (ours, theirs) = (r.ours(), r.cufft());
-        let variant_ms = |name: &str| {
-            r.variants().iter().find(|c| c.name == name).map_or("-".to_owned(), |c| format!("{:.4}", c.timing.p50))
-        };
+        let [ours, theirs] = &r.candidates;
         println!(
-            "| {} | {} | {:.4} ({:.4}-{:.4}) | {} | {} | {:.4} | {:.2}x | {:.1} | {:.1e} | {:.1e} |",
+            "| {} | {:.4} ({:.4}-{:.4}) | {:.4} | {:.2}x | {:.1} | {:.1e} | {:.1e} |",
             r.case.label(),
-            ours.name,
             ours.timing.p50,
             ours.timing.p10,
             ours.timing.p90,
-            variant_ms("block"),
-            variant_ms("cluster"),
             theirs.timing.p50,
             r.speedup(),
             r.hbm_percent(),
@@ -1355,12 +1335,8 @@ fn run_bench_fft(device: usize, args: &FftBenchArgs) -> Result<ExitCode, Error> 
             theirs.rel_l2
         );
     }
-    let bad: Vec<String> = rows
-        .iter()
-        .flat_map(|r| {
-            r.variants().iter().filter(|c| !fft_passes(c.rel_l2)).map(|c| format!("{} ({})", r.case.label(), c.name))
-        })
-        .collect();
+    let bad: Vec<String> =
+        rows.iter().filter(|r| !fft_passes(r.candidates[0].rel_l2)).map(|r| r.case.label()).collect();
     if bad.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {

@@ -8,7 +8,7 @@ use crate::timing::{GpuQueue, Schedule, time_interleaved};
 use crate::{
     Error, Gpu, Result,
     error::Context,
-    fft::{Direction, Fft2dPlan, Fft2dVariant},
+    fft::{Direction, Fft2dPlan},
 };
 use cudarc::{
     cufft::{CudaFft, FftDirection, sys as cufft_sys},
@@ -176,38 +176,23 @@ pub struct FftCandidate {
     pub timing: Timing,
 }
 
-/// A row of `bench fft`: each variant of ours, then cuFFT.
+/// A row of `bench fft`: ours, then cuFFT.
 #[derive(Clone, Debug, Serialize)]
 pub struct FftRow {
     pub case: FftCase,
     pub sets: usize,
     pub checked_images: usize,
-    pub candidates: Vec<FftCandidate>,
-    /// The candidate the plan's heuristic runs ([`Fft2dPlan::variant_for`]).
-    pub chosen: usize,
+    pub candidates: [FftCandidate; 2],
 }
 
 impl FftRow {
-    pub fn ours(&self) -> &FftCandidate {
-        &self.candidates[self.chosen]
-    }
-
-    pub fn cufft(&self) -> &FftCandidate {
-        self.candidates.last().expect("cuFFT is timed last")
-    }
-
-    /// Every variant of ours.
-    pub fn variants(&self) -> &[FftCandidate] {
-        &self.candidates[..self.candidates.len() - 1]
-    }
-
     pub fn ours_ms(&self) -> f64 {
-        self.ours().timing.p50
+        self.candidates[0].timing.p50
     }
 
     /// cuFFT's time over ours: above 1 we are faster.
     pub fn speedup(&self) -> f64 {
-        self.cufft().timing.p50 / self.ours_ms()
+        self.candidates[1].timing.p50 / self.ours_ms()
     }
 
     pub fn hbm_percent(&self) -> f64 {
@@ -328,56 +313,35 @@ fn inputs(gpu: &Gpu, case: &FftCase, sets: usize, stride: usize, seed: u64) -> R
     Ok(input)
 }
 
-/// The variants of our transform this GPU runs: every one from sm_90 on, else blocks only.
-pub fn variants(gpu: &Gpu) -> Vec<Fft2dVariant> {
-    Fft2dVariant::ALL.into_iter().filter(|&v| v == Fft2dVariant::Block || gpu.ptx_arch() >= 90).collect()
-}
-
-/// What `check fft` found on one case.
-#[derive(Clone, Debug, Serialize)]
-pub struct FftCheck {
-    pub case: FftCase,
-    /// cuFFT against the f64 DFT of the first images.
-    pub cufft: f64,
-    /// Each variant of ours: against the f64 DFT of the first images, and against cuFFT over
-    /// all images.
-    pub ours: Vec<(Fft2dVariant, f64, f64)>,
-}
-
-/// Checks `case`: cuFFT and each variant of ours against the f64 DFT of the first few images,
-/// and ours against cuFFT over all of them.
-pub fn check_case(gpu: &Gpu, case: &FftCase, seed: u64) -> Result<FftCheck> {
+/// Checks `case`: ours and cuFFT against the f64 DFT of the first few images, and ours
+/// against cuFFT over all of them. Returns `[ours vs f64, cuFFT vs f64, ours vs cuFFT]`.
+pub fn check_case(gpu: &Gpu, case: &FftCase, seed: u64) -> Result<[f64; 3]> {
     let stream = gpu.stream();
     let [per_in, per_out] = case.per_image();
     let (len_in, len_out) = (per_in * case.images, per_out * case.images);
+    let plan = Fft2dPlan::new(gpu, case.n)?;
     let cufft = CufftPlan::new(stream, case)?;
     let mut input = inputs(gpu, case, 1, len_in, seed)?;
-    let truth = reference(gpu, case, &input, checked_images(case))?;
-    let mut theirs = gpu.alloc::<f32>(len_out)?;
+    let (mut ours, mut theirs) = (gpu.alloc::<f32>(len_out)?, gpu.alloc::<f32>(len_out)?);
+    gpu.poison(&mut ours)?;
     gpu.poison(&mut theirs)?;
+    run_ours(gpu, &plan, case, &mut input.as_view_mut(), &mut ours.as_view_mut())?;
     // cuFFT's complex-to-real may overwrite its input: it runs on a copy.
     let mut copy = gpu.alloc::<f32>(len_in)?;
     stream.memcpy_dtod(&input, &mut copy).during("cuMemcpyDtoD")?;
     cufft.execute(&mut copy.as_view_mut(), &mut theirs.as_view_mut())?;
-    let cufft_err = error(gpu, case, &theirs, &truth)?;
+    let truth = reference(gpu, case, &input, checked_images(case))?;
+    let (ours_err, cufft_err) = (error(gpu, case, &ours, &truth)?, error(gpu, case, &theirs, &truth)?);
+    let (a, b) = (gpu.download(&ours)?, gpu.download(&theirs)?);
     let widen = |v: &[f32]| -> Vec<f32> {
         if case.kind == FftKind::C2r { v.iter().flat_map(|&e| [e, 0.0]).collect() } else { v.to_vec() }
     };
-    let exact: Vec<(f64, f64)> = widen(&gpu.download(&theirs)?).chunks(2).map(|v| (v[0] as f64, v[1] as f64)).collect();
-    let mut ours = Vec::new();
-    for variant in variants(gpu) {
-        let plan = Fft2dPlan::new(gpu, case.n)?.with_variant(gpu, variant)?;
-        let mut out = gpu.alloc::<f32>(len_out)?;
-        gpu.poison(&mut out)?;
-        run_ours(gpu, &plan, case, &mut input.as_view_mut(), &mut out.as_view_mut())?;
-        let vs_f64 = error(gpu, case, &out, &truth)?;
-        ours.push((variant, vs_f64, rel_l2(&widen(&gpu.download(&out)?), &exact)));
-    }
-    Ok(FftCheck { case: *case, cufft: cufft_err, ours })
+    let exact: Vec<(f64, f64)> = widen(&b).chunks(2).map(|v| (v[0] as f64, v[1] as f64)).collect();
+    Ok([ours_err, cufft_err, rel_l2(&widen(&a), &exact)])
 }
 
-/// Times `case`, each variant of ours and cuFFT interleaved, over copies of the images that
-/// exceed the L2 cache; each checked against the f64 DFT first (its output poisoned before).
+/// Times `case`, ours and cuFFT interleaved, over copies of the images that exceed the L2
+/// cache; each checked against the f64 DFT first.
 pub fn bench_case(
     gpu: &Gpu,
     queue: &mut GpuQueue,
@@ -390,47 +354,35 @@ pub fn bench_case(
     let (len_in, len_out) = (per_in * case.images, per_out * case.images);
     let strides = [len_in.next_multiple_of(64), len_out.next_multiple_of(64)];
     let sets = min_working_set.div_ceil(4 * (strides[0] + strides[1])).max(2);
-    let variants = variants(gpu);
-    let plans =
-        variants.iter().map(|&v| Fft2dPlan::new(gpu, case.n)?.with_variant(gpu, v)).collect::<Result<Vec<_>>>()?;
-    let units = if case.kind == FftKind::Forward || case.kind == FftKind::Inverse {
-        case.images
-    } else {
-        case.images.div_ceil(2)
-    };
-    let heuristic = Fft2dPlan::new(gpu, case.n)?.variant_for(gpu, units);
-    let chosen = variants.iter().position(|&v| v == heuristic).expect("the heuristic picks a variant this GPU runs");
+    let plan = Fft2dPlan::new(gpu, case.n)?;
     let cufft = CufftPlan::new(gpu.stream(), case)?;
     let mut input = inputs(gpu, case, sets, strides[0], mix(seed, 1))?;
     let mut output = gpu.alloc::<f32>(strides[1] * sets)?;
+    gpu.poison(&mut output)?;
     // cuFFT's complex-to-real may overwrite its input: the timed runs do not mind, and the
     // reference is taken before any run.
     let run = |which: usize, launch: usize, input: &mut CudaSlice<f32>, output: &mut CudaSlice<f32>| -> Result<()> {
         let set = launch % sets;
         let mut x = input.slice_mut(set * strides[0]..set * strides[0] + len_in);
         let mut y = output.slice_mut(set * strides[1]..set * strides[1] + len_out);
-        match plans.get(which) {
-            Some(plan) => run_ours(gpu, plan, case, &mut x, &mut y),
-            None => cufft.execute(&mut x, &mut y),
-        }
+        if which == 0 { run_ours(gpu, &plan, case, &mut x, &mut y) } else { cufft.execute(&mut x, &mut y) }
     };
     let checked = checked_images(case);
     let truth = reference(gpu, case, &input, checked)?;
-    let count = plans.len() + 1;
-    let mut errs = vec![0.0; count];
+    let mut errs = [0.0; 2];
     for (which, err) in errs.iter_mut().enumerate() {
-        gpu.poison(&mut output)?;
         run(which, 0, &mut input, &mut output)?;
         *err = error(gpu, case, &output, &truth)?;
     }
     let samples =
-        time_interleaved(queue, schedule, count, &mut |_, which, launch| run(which, launch, &mut input, &mut output))?;
-    let names = variants.iter().map(|v| v.name()).chain(["cuFFT"]);
-    let candidates = names
-        .enumerate()
-        .map(|(i, name)| FftCandidate { name, rel_l2: errs[i], timing: Timing::from(&samples[i]) })
-        .collect();
-    Ok(FftRow { case: *case, sets, checked_images: checked, candidates, chosen })
+        time_interleaved(queue, schedule, 2, &mut |_, which, launch| run(which, launch, &mut input, &mut output))?;
+    let candidate = |i: usize, name| FftCandidate { name, rel_l2: errs[i], timing: Timing::from(&samples[i]) };
+    Ok(FftRow {
+        case: *case,
+        sets,
+        checked_images: checked,
+        candidates: [candidate(0, "convkit"), candidate(1, "cuFFT")],
+    })
 }
 
 /// Parses `NxIMAGES` (e.g. `72x2048`).

@@ -19,7 +19,7 @@
 #![feature(stmt_expr_attributes)]
 #![cfg_attr(
     target_arch = "nvptx64",
-    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, core_intrinsics, link_llvm_intrinsics),
+    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, core_intrinsics),
     allow(internal_features)
 )]
 // `exp2f32` for the host's copy of the activations (`core` has no `f32::exp2`).

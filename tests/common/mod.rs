@@ -2,11 +2,7 @@
 #![allow(dead_code)] // each test binary uses its part
 
 use convkit::harness::reference::{Reference, compare_host};
-use kernels_gpu::{
-    complex::Complex32,
-    fft::square::{Block, ClusterSplit},
-    verify::Tolerance,
-};
+use kernels_gpu::{complex::Complex32, fft::square::Block, verify::Tolerance};
 use std::collections::HashMap;
 
 /// The f64 DFT of `x`, forward (`W = exp(-2πi/n)`) or inverse, unnormalised.
@@ -101,15 +97,9 @@ pub fn mark_written(written: &mut [bool], offset: u64) {
 }
 
 /// The CPU's [`Block`]: work items run one after another; shared memory is tracked
-/// ([`SharedMemory`]), and so are writes of the outputs (twice panics). With a
-/// [`ClusterSplit`], it plays a whole cluster: each block's items run in that block with its
-/// own memory, so a value read where no handover brought it panics as unwritten.
+/// ([`SharedMemory`]), and so are writes of the outputs (twice panics).
 pub struct CpuBlock<'a> {
-    /// One per block of the cluster (one for a lone block).
-    smem: Vec<SharedMemory<Complex32>>,
-    split: Option<ClusterSplit>,
-    /// The block whose item runs.
-    rank: usize,
+    smem: SharedMemory<Complex32>,
     pub twiddles: &'a [Complex32],
     pub real_in: &'a [f32],
     pub complex_in: &'a [Complex32],
@@ -123,9 +113,7 @@ impl<'a> CpuBlock<'a> {
     /// A block with `slots` of shared memory, none written yet.
     pub fn new(slots: usize, twiddles: &'a [Complex32], written: &'a mut [bool]) -> Self {
         CpuBlock {
-            smem: vec![SharedMemory::new(slots)],
-            split: None,
-            rank: 0,
+            smem: SharedMemory::new(slots),
             twiddles,
             real_in: &[],
             complex_in: &[],
@@ -134,99 +122,26 @@ impl<'a> CpuBlock<'a> {
             written,
         }
     }
-
-    /// A cluster's blocks, each with `slots` of shared memory.
-    pub fn cluster(split: ClusterSplit, slots: usize, twiddles: &'a [Complex32], written: &'a mut [bool]) -> Self {
-        let smem = (0..split.blocks).map(|_| SharedMemory::new(slots)).collect();
-        CpuBlock { smem, split: Some(split), ..CpuBlock::new(0, twiddles, written) }
-    }
-
-    /// Runs `f` for `item` in block `rank`.
-    fn run(&mut self, rank: u32, item: u32, f: &mut impl FnMut(&mut Self, u32)) {
-        self.rank = rank as usize;
-        self.smem[self.rank].item = item;
-        f(self, item);
-    }
-
-    /// The items of a column step in each block, checked to cover the step once.
-    fn for_each_in_columns(&mut self, count: u32, positioned: bool, mut f: impl FnMut(&mut Self, u32)) {
-        let Some(split) = self.split else { return self.for_each(count, f) };
-        assert_eq!(count % split.n(), 0, "a column step of {count} items");
-        let mut seen = vec![false; count as usize];
-        for rank in 0..split.blocks {
-            for index in 0..split.column_items(count) {
-                let item = split.column_item(index, rank, positioned);
-                assert!(!std::mem::replace(&mut seen[item as usize], true), "column item {item} run twice");
-                self.run(rank, item, &mut f);
-            }
-        }
-        assert!(seen.iter().all(|&s| s), "a column step left items out");
-    }
-
-    /// Every handover of every block (`handover(index, rank) = (slot, holder)`), then a barrier.
-    fn hand_over(&mut self, handover: impl Fn(&ClusterSplit, u32, u32) -> (u32, u32)) {
-        let Some(split) = self.split else { return };
-        for rank in 0..split.blocks {
-            for index in 0..split.handovers() {
-                let (slot, holder) = handover(&split, index, rank);
-                if holder != rank {
-                    let v = self.smem[rank as usize].load(slot);
-                    self.smem[holder as usize].store(slot, v);
-                }
-            }
-        }
-        self.barrier();
-    }
 }
 
 impl Block for CpuBlock<'_> {
     fn for_each(&mut self, count: u32, mut f: impl FnMut(&mut Self, u32)) {
-        let blocks = self.split.map_or(1, |split| split.blocks);
-        let mut seen = 0;
-        for rank in 0..blocks {
-            let (start, end) = self.split.map_or((0, count), |split| split.row_items(count, rank));
-            for item in start..end {
-                self.run(rank, item, &mut f);
-                seen += 1;
-            }
+        for item in 0..count {
+            self.smem.item = item;
+            f(self, item);
         }
-        assert_eq!(seen, count, "the blocks' shares of a step's items");
-    }
-
-    fn for_each_column(&mut self, count: u32, f: impl FnMut(&mut Self, u32)) {
-        self.for_each_in_columns(count, false, f);
-    }
-
-    fn for_each_column_position(&mut self, count: u32, f: impl FnMut(&mut Self, u32)) {
-        self.for_each_in_columns(count, true, f);
     }
 
     fn barrier(&mut self) {
-        self.smem.iter_mut().for_each(SharedMemory::barrier);
-    }
-
-    fn rows_to_columns(&mut self) {
-        self.hand_over(ClusterSplit::row_handover);
-    }
-
-    fn columns_to_rows(&mut self) {
-        self.hand_over(ClusterSplit::column_handover);
+        self.smem.barrier();
     }
 
     fn load(&mut self, slot: u32) -> Complex32 {
-        self.smem[self.rank].load(slot)
+        self.smem.load(slot)
     }
 
     fn store(&mut self, slot: u32, v: Complex32) {
-        self.smem[self.rank].store(slot, v);
-    }
-
-    fn load_from_column(&mut self, slot: u32) -> Complex32 {
-        let holder = self.split.map_or(self.rank, |split| split.column_holder(slot) as usize);
-        // Another block's memory: tracked as a read by this item.
-        let item = self.smem[self.rank].item;
-        self.smem[holder].item = item;
-        self.smem[holder].load(slot)
+        self.smem.store(slot, v);
     }
 
     fn twiddle(&mut self, t: u32) -> Complex32 {

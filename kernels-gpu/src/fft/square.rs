@@ -13,10 +13,7 @@
 //!   conflict-free for even `A`.
 //! - A block program is written once, generic over [`Block`] (the memory it touches and how its
 //!   threads share out work items), so that the host's tests run the very same code on the CPU,
-//!   check it against f64 and prove its barriers sufficient. The same programs also run spread
-//!   over a cluster of blocks ([`ClusterSplit`]), which is how a few images still fill the GPU:
-//!   each step says how its items lie (by row, or by column), and the programs hand the
-//!   values from the rows' blocks to the columns' and back between the two.
+//!   check it against f64 and prove its barriers sufficient.
 
 use super::dft_reg;
 use crate::complex::Complex32;
@@ -24,40 +21,12 @@ use bytemuck::{Pod, Zeroable};
 
 /// What a block program touches, and how a block's threads share out work items.
 pub trait Block {
-    /// Runs `f(self, item)` for every `item < count`, each on one thread of the block. A
-    /// cluster gives each block a contiguous share: the items of a row step (`row·width + i`)
-    /// run in the block that holds their row.
+    /// Runs `f(self, item)` for every `item < count`, each on one thread of the block.
     fn for_each(&mut self, count: u32, f: impl FnMut(&mut Self, u32));
-    /// [`Block::for_each`] for a column step: `count` is a multiple of `N` and item `x·N + c`
-    /// works on column position `c`; a cluster runs it in the block that holds that column.
-    #[inline(always)]
-    fn for_each_column(&mut self, count: u32, f: impl FnMut(&mut Self, u32)) {
-        self.for_each(count, f)
-    }
-    /// [`Block::for_each_column`] for items `x·N + c` that work on column position
-    /// [`position`]`(c)` (natural column `c`).
-    #[inline(always)]
-    fn for_each_column_position(&mut self, count: u32, f: impl FnMut(&mut Self, u32)) {
-        self.for_each(count, f)
-    }
     /// Every thread's earlier shared-memory accesses happen before any later one.
     fn barrier(&mut self);
-    /// After a barrier, between row steps and column steps: a cluster's blocks hand the values
-    /// of their rows to the blocks that hold the columns, and meet at a barrier. A lone block
-    /// holds every row and column: nothing to do.
-    #[inline(always)]
-    fn rows_to_columns(&mut self) {}
-    /// The other way, between column steps and row steps.
-    #[inline(always)]
-    fn columns_to_rows(&mut self) {}
     fn load(&mut self, slot: u32) -> Complex32;
     fn store(&mut self, slot: u32, v: Complex32);
-    /// A slot last written by a column step, read from wherever this item runs (a cluster
-    /// reaches into the block that holds the column).
-    #[inline(always)]
-    fn load_from_column(&mut self, slot: u32) -> Complex32 {
-        self.load(slot)
-    }
     /// `W_N^t`.
     fn twiddle(&mut self, t: u32) -> Complex32;
     /// Element `offset` of the program's real input.
@@ -71,26 +40,14 @@ pub trait Block {
 /// Slot of row `row`, column position `col`.
 #[inline(always)]
 pub fn slot<const A: usize, const B: usize>(row: u32, col: u32) -> u32 {
-    slot_of(A as u32, B as u32, row, col)
-}
-
-/// [`slot`] with the factors as values.
-#[inline(always)]
-pub const fn slot_of(a: u32, b: u32, row: u32, col: u32) -> u32 {
-    row * ((a + 1) * b) + col + col / a
+    row * ((A as u32 + 1) * B as u32) + col + col / A as u32
 }
 
 /// Where frequency `k` of a side sits after the forward transform: `ka + A·kb` for
 /// `k = kb + B·ka`.
 #[inline(always)]
 pub fn position<const A: usize, const B: usize>(k: u32) -> u32 {
-    position_of(A as u32, B as u32, k)
-}
-
-/// [`position`] with the factors as values.
-#[inline(always)]
-pub const fn position_of(a: u32, b: u32, k: u32) -> u32 {
-    k / b + a * (k % b)
+    k / B as u32 + A as u32 * (k % B as u32)
 }
 
 /// Shared memory of one block: `N` rows of [`slot`]s.
@@ -148,9 +105,8 @@ pub fn forward_head<const A: usize, const B: usize, M: Block>(
         },
     );
     m.barrier();
-    m.rows_to_columns();
     // Columns: DFT_B, twiddle.
-    m.for_each_column(
+    m.for_each(
         n * a_len,
         #[inline(always)]
         |m, item| {
@@ -208,7 +164,7 @@ pub fn inverse_tail<const A: usize, const B: usize, M: Block>(m: &mut M, rows: u
     let (a_len, b_len) = (A as u32, B as u32);
     let n = a_len * b_len;
     // Columns: inverse DFT_B.
-    m.for_each_column(
+    m.for_each(
         n * a_len,
         #[inline(always)]
         |m, item| {
@@ -224,7 +180,6 @@ pub fn inverse_tail<const A: usize, const B: usize, M: Block>(m: &mut M, rows: u
         },
     );
     m.barrier();
-    m.columns_to_rows();
     // Rows: inverse DFT_A, conjugate twiddle.
     m.for_each(
         rows * b_len,
@@ -270,7 +225,7 @@ pub fn inverse_tail<const A: usize, const B: usize, M: Block>(m: &mut M, rows: u
 #[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
 pub fn write_spectrum<const A: usize, const B: usize, M: Block>(m: &mut M, write: impl Fn(&mut M, u32, Complex32)) {
     let n = (A * B) as u32;
-    m.for_each_column(
+    m.for_each(
         n * B as u32,
         #[inline(always)]
         |m, item| {
@@ -291,7 +246,7 @@ pub fn write_spectrum<const A: usize, const B: usize, M: Block>(m: &mut M, write
 #[allow(clippy::needless_range_loop)] // register arrays: index loops, fully unrolled
 pub fn filter_columns<const A: usize, const B: usize, M: Block>(m: &mut M, filter: impl Fn(&mut M, u32) -> Complex32) {
     let n = (A * B) as u32;
-    m.for_each_column(
+    m.for_each(
         n * B as u32,
         #[inline(always)]
         |m, item| {
@@ -320,7 +275,7 @@ pub fn inverse_from_natural<const A: usize, const B: usize, M: Block>(
 ) {
     let (a_len, b_len) = (A as u32, B as u32);
     let n = a_len * b_len;
-    m.for_each_column_position(
+    m.for_each(
         n * b_len,
         #[inline(always)]
         |m, item| {
@@ -343,129 +298,16 @@ pub fn inverse_from_natural<const A: usize, const B: usize, M: Block>(
     );
 }
 
-/// A square transform spread over a cluster of blocks (sm_90's thread block clusters). Each
-/// block has shared memory for the whole image (the same slots as a lone block, so its own
-/// accesses cost nothing extra) and holds `share = N / blocks` lines of it: block `r` the
-/// rows `[r·share, (r+1)·share)` during row steps and the column positions of the same range
-/// during column steps. Each step's items run in the block that holds their line
-/// ([`Block::for_each`], [`Block::for_each_column`]); between row and column steps the blocks
-/// hand each other the values that change hands ([`ClusterSplit::row_handover`],
-/// [`ClusterSplit::column_handover`]) by stores into each other's shared memory. A lone image
-/// thus runs on `blocks` SMs instead of one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClusterSplit {
-    pub a: u32,
-    pub b: u32,
-    /// Blocks per cluster: 8 where they divide `N` (the most a cluster may portably hold), else
-    /// 4 or 2 (every size is even).
-    pub blocks: u32,
-}
-
-impl ClusterSplit {
-    pub const fn new(a: u32, b: u32) -> Self {
-        let n = a * b;
-        let blocks = if n.is_multiple_of(8) {
-            8
-        } else if n.is_multiple_of(4) {
-            4
-        } else {
-            2
-        };
-        ClusterSplit { a, b, blocks }
-    }
-
-    #[inline(always)]
-    pub const fn n(&self) -> u32 {
-        self.a * self.b
-    }
-
-    /// Rows (or columns) each block holds.
-    #[inline(always)]
-    pub const fn share(&self) -> u32 {
-        self.n() / self.blocks
-    }
-
-    /// The items `[start, end)` of a row step of `count` that block `rank` runs (empty when
-    /// `start >= end`).
-    #[inline(always)]
-    pub const fn row_items(&self, count: u32, rank: u32) -> (u32, u32) {
-        let share = count.div_ceil(self.blocks);
-        let start = rank * share;
-        let end = start + share;
-        (start, if end < count { end } else { count })
-    }
-
-    /// How many items of a column step of `count` (a multiple of `N`) each block runs.
-    #[inline(always)]
-    pub const fn column_items(&self, count: u32) -> u32 {
-        count / self.n() * self.share()
-    }
-
-    /// Block `rank`'s `index`-th item of a column step: `x·N + c` with column position `c`
-    /// in its share, or with `positioned`, natural column `c` whose [`position`] is.
-    #[inline(always)]
-    pub const fn column_item(&self, index: u32, rank: u32, positioned: bool) -> u32 {
-        let (x, p) = (index / self.share(), rank * self.share() + index % self.share());
-        // `position(c) = c / B + A·(c mod B)`, inverted.
-        let c = if positioned { (p % self.a) * self.b + p / self.a } else { p };
-        x * self.n() + c
-    }
-
-    /// Handovers each block makes after row steps, and after column steps: `share · N`.
-    #[inline(always)]
-    pub const fn handovers(&self) -> u32 {
-        self.share() * self.n()
-    }
-
-    /// Block `rank`'s `index`-th handover after row steps: the slot of one of its rows, and
-    /// the block that holds that slot's column (the value moves only where that is another).
-    #[inline(always)]
-    pub const fn row_handover(&self, index: u32, rank: u32) -> (u32, u32) {
-        let (row, p) = (rank * self.share() + index / self.n(), index % self.n());
-        (slot_of(self.a, self.b, row, p), p / self.share())
-    }
-
-    /// Block `rank`'s `index`-th handover after column steps: the slot of one of its columns,
-    /// and the block that holds that slot's row.
-    #[inline(always)]
-    pub const fn column_handover(&self, index: u32, rank: u32) -> (u32, u32) {
-        let (row, p) = (index / self.share(), rank * self.share() + index % self.share());
-        (slot_of(self.a, self.b, row, p), row / self.share())
-    }
-
-    /// The block that holds the column of `slot` during column steps.
-    #[inline(always)]
-    pub const fn column_holder(&self, slot: u32) -> u32 {
-        let within = slot % ((self.a + 1) * self.b);
-        (within - within / (self.a + 1)) / self.share()
-    }
-}
-
-/// The entry points of one way of launching a size: complex-to-complex, real-to-complex
-/// (forward) and complex-to-real (inverse).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fft2dEntries {
-    pub c2c: &'static str,
-    pub r2c: &'static str,
-    pub c2r: &'static str,
-}
-
-impl Fft2dEntries {
-    pub const fn all(&self) -> [&'static str; 3] {
-        [self.c2c, self.r2c, self.c2r]
-    }
-}
-
 /// One transform size of the standalone 2D FFT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fft2dSize {
-    /// One image (the real kernels: a pair of images) per block.
-    pub block: Fft2dEntries,
-    /// One image (pair) per cluster of [`ClusterSplit::blocks`] blocks; sm_90 and later.
-    pub cluster: Fft2dEntries,
+    /// The complex-to-complex kernel.
+    pub name: &'static str,
+    /// The real-to-complex (forward) and complex-to-real (inverse) kernels.
+    pub r2c_kernel: &'static str,
+    pub c2r_kernel: &'static str,
     pub a: u32,
     pub b: u32,
-    /// Threads of a [`Fft2dSize::block`] block when the launch fills the GPU.
     pub threads: u32,
 }
 
@@ -476,17 +318,6 @@ impl Fft2dSize {
 
     pub const fn smem_bytes(&self) -> u32 {
         smem_bytes(self.a, self.b)
-    }
-
-    pub const fn split(&self) -> ClusterSplit {
-        ClusterSplit::new(self.a, self.b)
-    }
-
-    /// Threads of a [`Fft2dSize::cluster`] block: one per item of its share of the largest
-    /// transform step.
-    pub const fn cluster_threads(&self) -> u32 {
-        let widest = if self.a > self.b { self.a } else { self.b };
-        (self.split().share() * widest).next_multiple_of(32)
     }
 }
 
@@ -534,7 +365,7 @@ pub fn fft2d_r2c<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dP
             Complex32::new(m.read_real(image(first) + at), im)
         },
     );
-    m.for_each_column(
+    m.for_each(
         n * b_len,
         #[inline(always)]
         |m, item| {
@@ -552,9 +383,8 @@ pub fn fft2d_r2c<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dP
         |m, item| {
             let (row, col) = (item / half, item % half);
             let mirror = |k: u32| if k == 0 { 0 } else { n - k };
-            let z = m.load_from_column(slot::<A, B>(position::<A, B>(row), position::<A, B>(col)));
-            let zm =
-                m.load_from_column(slot::<A, B>(position::<A, B>(mirror(row)), position::<A, B>(mirror(col)))).conj();
+            let z = m.load(slot::<A, B>(position::<A, B>(row), position::<A, B>(col)));
+            let zm = m.load(slot::<A, B>(position::<A, B>(mirror(row)), position::<A, B>(mirror(col)))).conj();
             let half_scale = 0.5 * p.scale;
             m.write_complex(spectrum(first) + item as u64, (z + zm).scale(half_scale));
             if has_second {
@@ -627,7 +457,7 @@ pub fn fft2d<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dParam
             #[inline(always)]
             |m, row, col| m.read_complex(base + (row * n + col) as u64),
         );
-        m.for_each_column_position(
+        m.for_each(
             n * b_len,
             #[inline(always)]
             |m, item| {
@@ -695,16 +525,9 @@ macro_rules! fft2d_kernels {
     ($(($n:literal, $a:literal, $b:literal, $threads:literal)),* $(,)?) => {
         /// Every size of the standalone 2D FFT in the PTX, smallest first.
         pub const FFT2D_SIZES: &[Fft2dSize] = &[$(Fft2dSize {
-            block: Fft2dEntries {
-                c2c: concat!("fft2d_", stringify!($n)),
-                r2c: concat!("fft2d_r2c_", stringify!($n)),
-                c2r: concat!("fft2d_c2r_", stringify!($n)),
-            },
-            cluster: Fft2dEntries {
-                c2c: concat!("fft2d_cluster_", stringify!($n)),
-                r2c: concat!("fft2d_r2c_cluster_", stringify!($n)),
-                c2r: concat!("fft2d_c2r_cluster_", stringify!($n)),
-            },
+            name: concat!("fft2d_", stringify!($n)),
+            r2c_kernel: concat!("fft2d_r2c_", stringify!($n)),
+            c2r_kernel: concat!("fft2d_c2r_", stringify!($n)),
             a: $a,
             b: $b,
             threads: $threads,
@@ -713,8 +536,6 @@ macro_rules! fft2d_kernels {
         #[cfg(target_arch = "nvptx64")]
         mod entry {
             use super::{Fft2dParams, GpuBlock};
-            #[cfg(target_feature = "sm_90")]
-            use super::GpuClusterBlock;
             $(
                 const _: () = {
                     #[unsafe(export_name = concat!("fft2d_", stringify!($n)))]
@@ -735,27 +556,6 @@ macro_rules! fft2d_kernels {
                         let mut m = GpuBlock::new(p.twiddles, 0, p.input, p.output, 0);
                         super::fft2d_c2r::<$a, $b, _>(&mut m, &p, crate::prelude::block_idx_x());
                     }
-
-                    #[cfg(target_feature = "sm_90")]
-                    #[unsafe(export_name = concat!("fft2d_cluster_", stringify!($n)))]
-                    pub unsafe extern "ptx-kernel" fn cluster(p: Fft2dParams) {
-                        let m = GpuBlock::new(p.twiddles, 0, p.input, 0, p.output);
-                        GpuClusterBlock::<$a, $b>::run(m, |m, image| super::fft2d::<$a, $b, _>(m, &p, image));
-                    }
-
-                    #[cfg(target_feature = "sm_90")]
-                    #[unsafe(export_name = concat!("fft2d_r2c_cluster_", stringify!($n)))]
-                    pub unsafe extern "ptx-kernel" fn r2c_cluster(p: Fft2dParams) {
-                        let m = GpuBlock::new(p.twiddles, p.input, 0, 0, p.output);
-                        GpuClusterBlock::<$a, $b>::run(m, |m, pair| super::fft2d_r2c::<$a, $b, _>(m, &p, pair));
-                    }
-
-                    #[cfg(target_feature = "sm_90")]
-                    #[unsafe(export_name = concat!("fft2d_c2r_cluster_", stringify!($n)))]
-                    pub unsafe extern "ptx-kernel" fn c2r_cluster(p: Fft2dParams) {
-                        let m = GpuBlock::new(p.twiddles, 0, p.input, p.output, 0);
-                        GpuClusterBlock::<$a, $b>::run(m, |m, pair| super::fft2d_c2r::<$a, $b, _>(m, &p, pair));
-                    }
                 };
             )*
         }
@@ -774,14 +574,6 @@ pub struct GpuBlock {
     complex_in: u64,
     real_out: u64,
     complex_out: u64,
-}
-
-/// A block's share of a [`ClusterSplit`] transform: its items, its own shared memory, and the
-/// other blocks' for handovers.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
-pub struct GpuClusterBlock<const A: usize, const B: usize> {
-    global: GpuBlock,
-    rank: u32,
 }
 
 #[cfg(target_arch = "nvptx64")]
@@ -857,136 +649,6 @@ mod device {
         #[inline(always)]
         fn write_complex(&mut self, offset: u64, v: Complex32) {
             stg_f32x2(self.complex_out + 8 * offset, [v.re, v.im]);
-        }
-    }
-
-    #[cfg(target_feature = "sm_90")]
-    mod cluster {
-        use super::{super::ClusterSplit, Block, Complex32, GpuBlock, complex};
-        use crate::{fft::square::GpuClusterBlock, prelude::*};
-
-        impl<const A: usize, const B: usize> GpuClusterBlock<A, B> {
-            const SPLIT: ClusterSplit = ClusterSplit::new(A as u32, B as u32);
-
-            /// Runs `program(block, unit)` on this block's share of unit (image or pair)
-            /// `%clusterid.x`. The cluster barriers around it: no block reaches into another's
-            /// memory before that one runs, nor leaves while another may still reach into its own.
-            #[inline(always)]
-            pub fn run(global: GpuBlock, program: impl FnOnce(&mut Self, u32)) {
-                let mut m = GpuClusterBlock { global, rank: cluster_rank() };
-                cluster_sync();
-                program(&mut m, cluster_idx_x());
-                cluster_sync();
-            }
-
-            /// `slot` of block `rank`, as this thread reaches it.
-            #[inline(always)]
-            fn remote(&self, slot: u32, rank: u32) -> u32 {
-                cluster_map(self.global.smem + 8 * slot, rank)
-            }
-
-            /// Stores each of this block's handovers whose slot another block holds there,
-            /// then meets the others at a barrier.
-            #[inline(always)]
-            fn hand_over(&mut self, handover: impl Fn(u32, u32) -> (u32, u32)) {
-                let (mut index, step) = (thread_idx_x(), block_dim_x());
-                while index < Self::SPLIT.handovers() {
-                    let (slot, holder) = handover(index, self.rank);
-                    if holder != self.rank {
-                        let v = self.global.load(slot);
-                        st_cluster_f32x2(self.remote(slot, holder), [v.re, v.im]);
-                    }
-                    index += step;
-                }
-                cluster_sync();
-            }
-
-            #[inline(always)]
-            fn for_each_in_columns(&mut self, count: u32, positioned: bool, mut f: impl FnMut(&mut Self, u32)) {
-                let (mut index, step) = (thread_idx_x(), block_dim_x());
-                let items = Self::SPLIT.column_items(count);
-                while index < items {
-                    f(self, Self::SPLIT.column_item(index, self.rank, positioned));
-                    index += step;
-                }
-            }
-        }
-
-        impl<const A: usize, const B: usize> Block for GpuClusterBlock<A, B> {
-            #[inline(always)]
-            fn for_each(&mut self, count: u32, mut f: impl FnMut(&mut Self, u32)) {
-                let (start, end) = Self::SPLIT.row_items(count, self.rank);
-                let (mut item, step) = (start + thread_idx_x(), block_dim_x());
-                while item < end {
-                    f(self, item);
-                    item += step;
-                }
-            }
-
-            #[inline(always)]
-            fn for_each_column(&mut self, count: u32, f: impl FnMut(&mut Self, u32)) {
-                self.for_each_in_columns(count, false, f);
-            }
-
-            #[inline(always)]
-            fn for_each_column_position(&mut self, count: u32, f: impl FnMut(&mut Self, u32)) {
-                self.for_each_in_columns(count, true, f);
-            }
-
-            #[inline(always)]
-            fn barrier(&mut self) {
-                cluster_sync();
-            }
-
-            #[inline(always)]
-            fn rows_to_columns(&mut self) {
-                self.hand_over(|i, rank| Self::SPLIT.row_handover(i, rank));
-            }
-
-            #[inline(always)]
-            fn columns_to_rows(&mut self) {
-                self.hand_over(|i, rank| Self::SPLIT.column_handover(i, rank));
-            }
-
-            #[inline(always)]
-            fn load(&mut self, slot: u32) -> Complex32 {
-                self.global.load(slot)
-            }
-
-            #[inline(always)]
-            fn store(&mut self, slot: u32, v: Complex32) {
-                self.global.store(slot, v);
-            }
-
-            #[inline(always)]
-            fn load_from_column(&mut self, slot: u32) -> Complex32 {
-                complex(ld_cluster_f32x2(self.remote(slot, Self::SPLIT.column_holder(slot))))
-            }
-
-            #[inline(always)]
-            fn twiddle(&mut self, t: u32) -> Complex32 {
-                self.global.twiddle(t)
-            }
-
-            #[inline(always)]
-            fn read_real(&mut self, offset: u64) -> f32 {
-                self.global.read_real(offset)
-            }
-
-            #[inline(always)]
-            fn read_complex(&mut self, offset: u64) -> Complex32 {
-                self.global.read_complex(offset)
-            }
-
-            #[inline(always)]
-            fn write_real(&mut self, offset: u64, v: f32) {
-                self.global.write_real(offset, v);
-            }
-
-            #[inline(always)]
-            fn write_complex(&mut self, offset: u64, v: Complex32) {
-                self.global.write_complex(offset, v);
-            }
         }
     }
 }
