@@ -139,17 +139,28 @@ pub fn time_interleaved<Q: DeviceQueue + ?Sized>(
     Ok(samples)
 }
 
-/// Screens a candidate: one untimed launch, one host-free launch, and `reps` more unless that
-/// one was already three times slower than the fastest of its class so far. A candidate
-/// whose host blocks while queued (the gate times out) is screened without the gate, flagged.
+/// A first launch slower than this, and than three times the fastest so far, ends its
+/// candidate's screening: one-off costs (lazy module loading, plan set-up) stay far below it,
+/// so such a kernel is out of the race. (cuDNN's FFT algorithms and some engines on 200 000
+/// channels took 5-8 s a launch, which the screening's next launches repeated twice.)
+pub const SCREEN_CUT_MS: f64 = 250.0;
+
+/// Screens a candidate: a first launch timed without the gate (it carries one-off costs, so it
+/// can only cut the candidate, past [`SCREEN_CUT_MS`]), one host-free launch, and `reps` more
+/// unless that one was already three times slower than the fastest of its class so far. A
+/// candidate whose host blocks while queued (the gate times out), or whose first launch
+/// outlasts the gate, is screened without the gate, flagged.
 pub fn screen<Q: DeviceQueue + ?Sized>(
     queue: &mut Q,
     reps: usize,
     fastest: f64,
     launch: &mut dyn FnMut(&mut Q, usize) -> Result<()>,
 ) -> Result<Samples> {
-    launch(queue, 0)?;
-    let mut samples = Samples { ms: Vec::new(), host_free: true };
+    let first_ms = time_round(queue, false, 0, 1, launch)?.expect("an ungated round cannot time out")[0];
+    if first_ms > SCREEN_CUT_MS.max(3.0 * fastest) {
+        return Ok(Samples { ms: vec![first_ms], host_free: false });
+    }
+    let mut samples = Samples { ms: Vec::new(), host_free: first_ms * 1e6 < GATE_TIMEOUT_NS as f64 };
     let mut first = 1;
     for count in [1, reps] {
         let ms = match time_round(queue, samples.host_free, first, count, launch)? {

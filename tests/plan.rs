@@ -268,6 +268,8 @@ fn the_heuristic_follows_the_measured_rules() {
         for label in ["mbv2-dw-c384-14-x4", "mbv2-dw-c960-7-x3", "convnext-dw7-c768-7-x3"] {
             assert!(matches!(choose("depthwise", label, math, gib), Algorithm::Direct(_)), "{label} {math:?}");
         }
+        // ... except with so many channels that the direct kernel's block per channel dominates.
+        assert_eq!(choose("large", "zlimit-c200000", math, gib), Algorithm::Depthwise("depthwise_k3_s1_m1_8x8"));
         assert!(matches!(choose("default", "rnx50-c128-56", math, gib), Algorithm::Direct(_)), "{math:?}");
     }
     // 16 and more channels per group (below 64): the tensor-core kernel, TF32 in the fast

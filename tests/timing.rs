@@ -4,7 +4,7 @@
 
 use convkit::{
     Error, Result,
-    timing::{DeviceQueue, Samples, Schedule, time_interleaved, time_round},
+    timing::{DeviceQueue, GATE_TIMEOUT_NS, SCREEN_CUT_MS, Samples, Schedule, screen, time_interleaved, time_round},
 };
 
 /// Host time a launch call costs, in nanoseconds.
@@ -197,4 +197,37 @@ fn quantiles_by_nearest_rank() {
     let s = Samples { ms: (1..=11).rev().map(f64::from).collect(), host_free: true };
     assert_eq!((s.quantile(0.1), s.median(), s.quantile(0.9)), (2.0, 6.0, 10.0));
     assert!(Samples { ms: vec![], host_free: true }.median().is_nan());
+}
+
+/// Screens a kernel of `ns` against `fastest` ms: its samples and how many launches it took.
+fn screened(ns: u64, fastest: f64) -> (Samples, usize) {
+    let mut q = SimQueue::new(GATE_TIMEOUT_NS);
+    let mut launches = 0;
+    let samples = screen(&mut q, 5, fastest, &mut |q, _| {
+        launches += 1;
+        q.launch(ns);
+        Ok(())
+    })
+    .unwrap();
+    (samples, launches)
+}
+
+#[test]
+fn screening_cuts_a_slow_candidate_after_its_first_launch() {
+    // Within three times the fastest: the first launch, one timed, five more, host-free.
+    let (s, launches) = screened(KERNEL_NS, 0.02);
+    assert_eq!((launches, s.ms.len(), s.host_free), (7, 6, true));
+    // Three times slower, but fast in absolute terms: timed once more before it is cut.
+    let (s, launches) = screened(KERNEL_NS, 0.005);
+    assert_eq!((launches, s.ms.len()), (2, 1));
+    // Past the cut and three times the fastest: one launch, flagged as not host-free.
+    let slow = (2.0 * SCREEN_CUT_MS * 1e6) as u64;
+    let (s, launches) = screened(slow, 0.1);
+    assert_eq!((launches, s.ms.len(), s.host_free), (1, 1, false));
+    assert!(s.ms[0] >= 2.0 * SCREEN_CUT_MS);
+    // Past the cut but the fastest is slow too: screened; ungated from the start when a launch
+    // outlasts the gate (no timed-out round to repeat).
+    let long = 2 * GATE_TIMEOUT_NS;
+    let (s, launches) = screened(long, long as f64 * 1e-6);
+    assert_eq!((launches, s.ms.len(), s.host_free), (7, 6, false));
 }

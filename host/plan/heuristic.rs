@@ -9,8 +9,9 @@
 //!   1 or 2): on maps of at least [`DEPTHWISE_MIN_MAP`] to it (with its own tile heuristic),
 //!   except 7x7 and larger filters over many planes, which go to the fused FFT; on smaller
 //!   maps to the fused FFT for 5x5 and larger filters on maps of at least [`FUSED_FFT_MIN_MAP`]
-//!   and for 7x7 and larger over few planes on the smallest, else to the direct kernel
-//!   (`depthwise` suite, `benches/NOTES.md`).
+//!   and for 7x7 and larger over few planes on the smallest, to the depthwise kernel from
+//!   [`DEPTHWISE_MIN_CHANNELS_PER_SM`] channels per SM, else to the direct kernel (`depthwise`
+//!   and `large` suites, `benches/NOTES.md`).
 //! - Layers with few outputs and long reductions ([`TINY_OUTPUTS`], [`TINY_MIN_TAPS`]) go to
 //!   cuDNN's implicit GEMM: the direct kernel gives each thread a whole reduction, which a
 //!   grid of a few thousand outputs cannot hide (a 5040-output layer with 72 taps per output:
@@ -58,6 +59,12 @@ pub const DEPTHWISE_MIN_MAP: usize = 24;
 /// maps it lost to the direct kernel by up to 2.2x, except for 7x7 filters over few planes
 /// (N = 1, 768 channels: 0.0055 against 0.0117 ms).
 pub const FUSED_FFT_MIN_MAP: usize = 12;
+/// Channels per SM from which a depthwise layer on a small map runs the depthwise kernel, not
+/// the direct one: the direct kernel gives each channel a block of its own, the depthwise
+/// kernel packs several on small maps. 200 000 channels of 8x8 (N = 1): 0.046 ms against
+/// 0.649 ms; 1152 channels of 7x7 (N = 64, 8.7 per SM): the direct kernel, 0.0324 against
+/// 0.0345 ms (`large` and `depthwise` suites).
+pub const DEPTHWISE_MIN_CHANNELS_PER_SM: usize = 16;
 /// Below [`DEPTHWISE_MIN_MAP`], the filter size from which the fused FFT is chosen.
 pub const FUSED_FFT_SMALL_MAP_MIN_FILTER: usize = 5;
 /// From this filter size and this many planes (`n * c`), the fused FFT beats the depthwise
@@ -144,6 +151,13 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
             }
             _ if map >= DEPTHWISE_MIN_MAP => {
                 let why = format!("{layer}: the depthwise kernel, {}x{} tiles", tile.tile_h, tile.tile_w);
+                return pick(Algorithm::Depthwise(tile.name), 0, why);
+            }
+            _ if conv.c >= DEPTHWISE_MIN_CHANNELS_PER_SM * sm_count as usize => {
+                let why = format!(
+                    "{layer}, {} channels (a direct block each): the depthwise kernel, {}x{} tiles",
+                    conv.c, tile.tile_h, tile.tile_w
+                );
                 return pick(Algorithm::Depthwise(tile.name), 0, why);
             }
             _ => return direct_choice(sm_count, conv, geom, format!("{layer}: the direct kernel")),
