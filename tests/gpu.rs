@@ -1,5 +1,6 @@
 //! GPU tests: run on the device with `--include-ignored` (scripts/gpu-stage stages them).
-//! Without a GPU they fail at `Gpu::new`, they never pass silently.
+//! Without a GPU they fail at `Gpu::new`, they never pass silently. They take the GPU one at
+//! a time, whatever `--test-threads` says: the timing tests need it to themselves.
 
 use convkit::timing::{DeviceQueue, GpuQueue, Samples, time_round};
 use convkit::{
@@ -22,10 +23,30 @@ use convkit::{
 };
 use cudarc::driver::{CudaSlice, CudaViewMut};
 use kernels_gpu::{random::mix, verify::Tolerance};
-use std::time::Duration;
+use std::{
+    sync::{Mutex, MutexGuard},
+    time::Duration,
+};
 
-fn gpu() -> Gpu {
-    Gpu::new(0).expect("this test needs a CUDA GPU and driver")
+/// The GPU, held by one test at a time until the returned value drops.
+struct TestGpu {
+    gpu: Gpu,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for TestGpu {
+    type Target = Gpu;
+
+    fn deref(&self) -> &Gpu {
+        &self.gpu
+    }
+}
+
+fn gpu() -> TestGpu {
+    static TURN: Mutex<()> = Mutex::new(());
+    // A test that panicked while holding it leaves it poisoned; the next one still runs.
+    let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    TestGpu { gpu: Gpu::new(0).expect("this test needs a CUDA GPU and driver"), _turn: turn }
 }
 
 /// Random x and w for `conv`, on the host (for the CPU reference) and on the GPU.
