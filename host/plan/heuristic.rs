@@ -149,13 +149,9 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
                 let why = format!("{layer}, {} planes: the fused FFT", conv.n * conv.c);
                 return pick(Algorithm::Fft(fft_tile.name), 0, why);
             }
-            _ if map >= DEPTHWISE_MIN_MAP => {
-                let why = format!("{layer}: the depthwise kernel, {}x{} tiles", tile.tile_h, tile.tile_w);
-                return pick(Algorithm::Depthwise(tile.name), 0, why);
-            }
-            _ if conv.c >= DEPTHWISE_MIN_CHANNELS_PER_SM * sm_count as usize => {
+            _ if map >= DEPTHWISE_MIN_MAP || conv.c >= DEPTHWISE_MIN_CHANNELS_PER_SM * sm_count as usize => {
                 let why = format!(
-                    "{layer}, {} channels (a direct block each): the depthwise kernel, {}x{} tiles",
+                    "{layer}, {} channels: the depthwise kernel, {}x{} tiles",
                     conv.c, tile.tile_h, tile.tile_w
                 );
                 return pick(Algorithm::Depthwise(tile.name), 0, why);
