@@ -1,8 +1,9 @@
 //! Batched complex FFTs (kernels in `kernels-gpu/src/fft/`):
 //! - [`FftPlan`]: 1D, lengths `2^a 3^b 5^c 7^d` up to [`FFT_MAX_N`], any element stride and a
 //!   two-level batch layout (so rows and columns of images are both one launch).
-//! - [`Fft2dPlan`]: square 2D transforms of the sizes in [`fft2d_sizes`] (12 to 160), one
-//!   image per block held in shared memory, natural order in and out.
+//! - [`Fft2dPlan`]: square 2D transforms of the sizes in [`fft2d_sizes`] (12 to 160), natural
+//!   order in and out: one image per block held in shared memory, or, for fewer images than
+//!   the GPU has SMs, two passes of a few lines per block ([`Fft2dAlgorithm`]).
 
 use crate::{Error, Gpu, Result};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
@@ -12,6 +13,7 @@ use kernels_gpu::{
     fft::{
         FFT_KERNEL, FFT_THREADS, FftParams, FftPass, passes,
         square::{FFT2D_SIZES, Fft2dParams, Fft2dSize, half_columns},
+        two_pass::{self, Fft2dPassParams},
     },
 };
 
@@ -184,24 +186,73 @@ pub fn fft2d_sizes() -> &'static [Fft2dSize] {
     FFT2D_SIZES
 }
 
+/// How [`Fft2dPlan`] runs a batch of images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fft2dAlgorithm {
+    /// A block per image (per pair of images for the real kinds), the image in shared memory:
+    /// one read of the input and one write of the output.
+    WholeImage,
+    /// Rows, then columns, a few lines per block, through the output buffer: many blocks
+    /// however few the images.
+    TwoPass,
+}
+
+impl Fft2dAlgorithm {
+    pub const ALL: [Fft2dAlgorithm; 2] = [Fft2dAlgorithm::WholeImage, Fft2dAlgorithm::TwoPass];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fft2dAlgorithm::WholeImage => "whole-image",
+            Fft2dAlgorithm::TwoPass => "two-pass",
+        }
+    }
+}
+
+/// Which transform a launch does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Complex(Direction),
+    R2c,
+    C2r,
+}
+
 /// Square 2D transforms of one size: `images` contiguous `n x n` complex images.
 pub struct Fft2dPlan {
     size: Fft2dSize,
     twiddles: CudaSlice<Complex32>,
+    algorithm: Option<Fft2dAlgorithm>,
 }
 
 impl Fft2dPlan {
-    /// A plan for `n x n` images; `n` must be one of [`fft2d_sizes`].
+    /// A plan for `n x n` images; `n` must be one of [`fft2d_sizes`]. It picks the algorithm
+    /// per call ([`Fft2dPlan::algorithm`]).
     pub fn new(gpu: &Gpu, n: usize) -> Result<Self> {
         let size = *FFT2D_SIZES.iter().find(|s| s.side() as usize == n).ok_or_else(|| {
             let sides: Vec<String> = FFT2D_SIZES.iter().map(|s| s.side().to_string()).collect();
             Error::invalid("n", format!("= {n} is not a 2D transform size (sizes: {})", sides.join(", ")))
         })?;
-        Ok(Fft2dPlan { size, twiddles: gpu.upload(&twiddles(n))? })
+        Ok(Fft2dPlan { size, twiddles: gpu.upload(&twiddles(n))?, algorithm: None })
+    }
+
+    /// The plan, always running `algorithm`.
+    pub fn with_algorithm(self, algorithm: Fft2dAlgorithm) -> Self {
+        Fft2dPlan { algorithm: Some(algorithm), ..self }
     }
 
     pub fn size(&self) -> &Fft2dSize {
         &self.size
+    }
+
+    /// The algorithm a call on `images` images runs (`real`: the real-to-complex and
+    /// complex-to-real kinds, whose whole-image blocks take a pair of images): two passes
+    /// when whole-image blocks would be fewer than the SMs, unless the plan was given one.
+    pub fn algorithm(&self, gpu: &Gpu, images: usize, real: bool) -> Fft2dAlgorithm {
+        let blocks = if real { images.div_ceil(2) } else { images };
+        self.algorithm.unwrap_or(if blocks < gpu.sm_count() as usize {
+            Fft2dAlgorithm::TwoPass
+        } else {
+            Fft2dAlgorithm::WholeImage
+        })
     }
 
     /// Transforms the `images` images of `input` into `output` on `stream`, every output
@@ -218,8 +269,7 @@ impl Fft2dPlan {
         output: &mut impl DevicePtrMut<Complex32>,
     ) -> Result<()> {
         let n = self.size.side() as usize;
-        let inverse = (direction == Direction::Inverse) as u32;
-        self.launch(gpu, stream, self.size.name, images, [n * n, n * n], inverse, scale, input, output)
+        self.launch(gpu, stream, Kind::Complex(direction), images, [n * n, n * n], scale, input, output)
     }
 
     /// Real-to-complex: the `images` real `n x n` images of `input` into their half spectra
@@ -235,12 +285,13 @@ impl Fft2dPlan {
     ) -> Result<()> {
         let n = self.size.side() as usize;
         let half = half_columns(n as u32) as usize;
-        self.launch(gpu, stream, self.size.r2c_kernel, images, [n * n, n * half], 0, scale, input, output)
+        self.launch(gpu, stream, Kind::R2c, images, [n * n, n * half], scale, input, output)
     }
 
     /// Complex-to-real: the half spectra of `input` back to real images (unnormalised: times
-    /// `scale`, e.g. `1 / n²`). Each spectrum's missing half is taken as the conjugate mirror of
-    /// the half given.
+    /// `scale`, e.g. `1 / n²`). As with cuFFT, each spectrum must be a real image's (Hermitian):
+    /// the missing half is taken as the conjugate mirror of the half given, and what is not
+    /// Hermitian in columns 0 and `n/2` is not defined to survive.
     pub fn execute_c2r(
         &self,
         gpu: &Gpu,
@@ -252,19 +303,19 @@ impl Fft2dPlan {
     ) -> Result<()> {
         let n = self.size.side() as usize;
         let half = half_columns(n as u32) as usize;
-        self.launch(gpu, stream, self.size.c2r_kernel, images, [n * half, n * n], 1, scale, input, output)
+        self.launch(gpu, stream, Kind::C2r, images, [n * half, n * n], scale, input, output)
     }
 
-    /// One launch of `kernel`: `per_image` elements of input and of output per image.
+    /// Checks the call and runs it with the plan's algorithm: `per_image` elements of input
+    /// and of output per image.
     #[allow(clippy::too_many_arguments)]
     fn launch<I, O>(
         &self,
         gpu: &Gpu,
         stream: &CudaStream,
-        kernel: &'static str,
+        kind: Kind,
         images: usize,
         per_image: [usize; 2],
-        inverse: u32,
         scale: f32,
         input: &impl DevicePtr<I>,
         output: &mut impl DevicePtrMut<O>,
@@ -282,23 +333,141 @@ impl Fft2dPlan {
         for (what, buffer_stream) in [("input", input.stream()), ("output", output.stream())] {
             gpu.check_stream(buffer_stream).map_err(|_| Error::ForeignContext { what: format!("buffer `{what}`") })?;
         }
-        // The real kernels take a pair of images per block.
-        let blocks = if kernel == self.size.name { images } else { images.div_ceil(2) };
-        let threads = gpu.block_threads(kernel, self.size.threads, blocks as u64)?;
         {
             let (twiddles, _t) = self.twiddles.device_ptr(stream);
             let (input, _i) = input.device_ptr(stream);
             let (output, _o) = output.device_ptr_mut(stream);
-            let p = Fft2dParams { input, output, twiddles, images: images as u32, inverse, scale, _pad: 0 };
-            let cfg = LaunchConfig {
-                grid_dim: (blocks as u32, 1, 1),
-                block_dim: (threads, 1, 1),
-                shared_mem_bytes: self.size.smem_bytes(),
-            };
-            // Safety: both buffers hold exactly `images` images of their kind (checked above);
-            // the twiddles are n.
-            unsafe { gpu.launch(stream, kernel, cfg, p) }?;
+            let real = !matches!(kind, Kind::Complex(_));
+            // Safety (both): the buffers hold exactly `images` images of their kind (checked
+            // above); the twiddles are n.
+            match self.algorithm(gpu, images, real) {
+                Fft2dAlgorithm::WholeImage => {
+                    unsafe { self.whole_image(gpu, stream, kind, images, scale, [twiddles, input, output]) }?
+                }
+                Fft2dAlgorithm::TwoPass => {
+                    unsafe { self.two_pass(gpu, stream, kind, images, scale, [twiddles, input, output]) }?
+                }
+            }
         }
         gpu.check_deferred()
+    }
+
+    /// # Safety
+    /// `input` and `output` hold `images` images of `kind`'s input and output.
+    unsafe fn whole_image(
+        &self,
+        gpu: &Gpu,
+        stream: &CudaStream,
+        kind: Kind,
+        images: usize,
+        scale: f32,
+        [twiddles, input, output]: [u64; 3],
+    ) -> Result<()> {
+        let (kernel, inverse) = match kind {
+            Kind::Complex(direction) => (self.size.name, (direction == Direction::Inverse) as u32),
+            Kind::R2c => (self.size.r2c_kernel, 0),
+            Kind::C2r => (self.size.c2r_kernel, 1),
+        };
+        // The real kernels take a pair of images per block.
+        let blocks = if matches!(kind, Kind::Complex(_)) { images } else { images.div_ceil(2) };
+        let threads = gpu.block_threads(kernel, self.size.threads, blocks as u64)?;
+        let p = Fft2dParams { input, output, twiddles, images: images as u32, inverse, scale, _pad: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: self.size.smem_bytes(),
+        };
+        unsafe { gpu.launch(stream, kernel, cfg, p) }
+    }
+
+    /// Rows then columns (complex-to-real: columns then rows), the intermediate in `output`.
+    ///
+    /// # Safety
+    /// As for [`Fft2dPlan::whole_image`].
+    unsafe fn two_pass(
+        &self,
+        gpu: &Gpu,
+        stream: &CudaStream,
+        kind: Kind,
+        images: usize,
+        scale: f32,
+        [twiddles, input, output]: [u64; 3],
+    ) -> Result<()> {
+        let size = &self.size;
+        let n = size.side();
+        let half = half_columns(n);
+        let lines = |count: usize| u32::try_from(count).map_err(|_| Error::invalid("images", "too many lines"));
+        let base = Fft2dPassParams {
+            input,
+            output,
+            twiddles,
+            lines: 0,
+            in_pitch: n,
+            out_pitch: n,
+            pack_nyquist: 0,
+            inverse: 0,
+            scale: 1.0,
+        };
+        let rows = |kernel, p: Fft2dPassParams| unsafe { self.pass(gpu, stream, kernel, p, p.lines, 1) };
+        // Blocks over (column groups, images): images past the grid's 65535 in a launch each.
+        let columns = |p: Fft2dPassParams| -> Result<()> {
+            for first in (0..images).step_by(u16::MAX as usize) {
+                let count = (images - first).min(u16::MAX as usize);
+                let shift = |ptr: u64, pitch: u32| ptr + (first * (n * pitch) as usize * size_of::<Complex32>()) as u64;
+                let p =
+                    Fft2dPassParams { input: shift(p.input, p.in_pitch), output: shift(p.output, p.out_pitch), ..p };
+                unsafe { self.pass(gpu, stream, size.columns_kernel, p, p.lines, count as u32) }?;
+            }
+            Ok(())
+        };
+        let in_place = Fft2dPassParams { input: output, ..base };
+        match kind {
+            Kind::Complex(direction) => {
+                let inverse = (direction == Direction::Inverse) as u32;
+                rows(size.rows_kernel, Fft2dPassParams { lines: lines(images * n as usize)?, inverse, ..base })?;
+                columns(Fft2dPassParams { lines: n, inverse, scale, ..in_place })
+            }
+            Kind::R2c => {
+                rows(size.rows_r2c_kernel, Fft2dPassParams { lines: lines(images * n as usize / 2)?, ..base })?;
+                columns(Fft2dPassParams { lines: half, in_pitch: half, out_pitch: half, scale, ..in_place })
+            }
+            Kind::C2r => {
+                let nyquist = n / 2;
+                columns(Fft2dPassParams {
+                    lines: nyquist,
+                    in_pitch: half,
+                    out_pitch: nyquist,
+                    pack_nyquist: 1,
+                    inverse: 1,
+                    ..base
+                })?;
+                rows(
+                    size.rows_c2r_kernel,
+                    Fft2dPassParams { lines: lines(images * n as usize / 2)?, scale, ..in_place },
+                )
+            }
+        }
+    }
+
+    /// One launch of a two-pass kernel: blocks of `LINES` of the `lines`, times `grid_y`.
+    ///
+    /// # Safety
+    /// `p`'s buffers hold what the kernel reads and writes for those blocks.
+    unsafe fn pass(
+        &self,
+        gpu: &Gpu,
+        stream: &CudaStream,
+        kernel: &'static str,
+        p: Fft2dPassParams,
+        lines: u32,
+        grid_y: u32,
+    ) -> Result<()> {
+        let (a, b) = (self.size.a, self.size.b);
+        let cfg = LaunchConfig {
+            grid_dim: (lines.div_ceil(two_pass::LINES), grid_y, 1),
+            block_dim: (two_pass::threads(a, b), 1, 1),
+            shared_mem_bytes: two_pass::smem_bytes(a, b),
+        };
+        unsafe { gpu.launch(stream, kernel, cfg, p) }
     }
 }

@@ -14,6 +14,7 @@ use kernels_gpu::{
     fft::{
         dft, passes,
         square::{FFT2D_SIZES, Fft2dParams, Fft2dSize, fft2d, fft2d_c2r, fft2d_r2c, half_columns},
+        two_pass::{self, Fft2dPassParams, LINES},
     },
 };
 
@@ -282,4 +283,157 @@ fn the_real_2d_transforms_match_an_f64_dft_and_invert() {
         assert!(err <= 1e-6, "{}: real round trip relative L2 error {err:e}", size.name);
     }
     println!("worst relative L2 error of the real-to-complex transforms: {worst:e}");
+}
+
+/// A two-pass program ([`two_pass`]).
+#[derive(Clone, Copy)]
+enum Pass {
+    Rows,
+    Columns,
+    RowsR2c,
+    RowsC2r,
+}
+
+/// One launch of a two-pass program for `size` on the CPU over blocks `(x, y)`,
+/// `x < lines / LINES` (rounded up), `y < grid_y`; returns the real and complex outputs
+/// (`out_len` of the kind the program writes). Every output must be written exactly once.
+#[allow(clippy::too_many_arguments)]
+fn emulate_pass(
+    size: &Fft2dSize,
+    pass: Pass,
+    p: &Fft2dPassParams,
+    grid_y: u32,
+    real_in: &[f32],
+    complex_in: &[Complex32],
+    out_len: usize,
+) -> (Vec<f32>, Vec<Complex32>) {
+    let table = twiddles(size.side() as usize);
+    let real_out = matches!(pass, Pass::RowsC2r);
+    let (mut reals, mut complexes) = if real_out {
+        (vec![f32::NAN; out_len], Vec::new())
+    } else {
+        (Vec::new(), vec![Complex32::new(f32::NAN, f32::NAN); out_len])
+    };
+    let mut written = vec![false; out_len];
+    let slots = two_pass::smem_bytes(size.a, size.b) as usize / size_of::<Complex32>();
+    for y in 0..grid_y {
+        for x in 0..p.lines.div_ceil(LINES) {
+            let mut m = CpuBlock::new(slots, &table, &mut written);
+            (m.real_in, m.complex_in, m.real_out, m.complex_out) = (real_in, complex_in, &mut reals, &mut complexes);
+            macro_rules! dispatch {
+                ($(($n:literal, $a:literal, $b:literal, $threads:literal)),* $(,)?) => {
+                    match (size.a, size.b) {
+                        $(($a, $b) => match pass {
+                            Pass::Rows => two_pass::rows::<$a, $b, _>(&mut m, p, x),
+                            Pass::Columns => two_pass::columns::<$a, $b, _>(&mut m, p, x, y),
+                            Pass::RowsR2c => two_pass::rows_r2c::<$a, $b, _>(&mut m, p, x),
+                            Pass::RowsC2r => two_pass::rows_c2r::<$a, $b, _>(&mut m, p, x),
+                        },)*
+                        (a, b) => panic!("no square size {a} x {b}"),
+                    }
+                };
+            }
+            kernels_gpu::square_sizes!(dispatch);
+        }
+    }
+    assert!(written.iter().all(|&w| w), "{}: an output of a pass was never written", size.name);
+    (reals, complexes)
+}
+
+/// The host's two-pass launches (`host/fft.rs`) for `images` images: complex both ways, real
+/// to complex, complex to real.
+struct TwoPass<'a> {
+    size: &'a Fft2dSize,
+    images: usize,
+}
+
+impl TwoPass<'_> {
+    fn params(&self, lines: u32, pitch: [u32; 2]) -> Fft2dPassParams {
+        let [in_pitch, out_pitch] = pitch;
+        Fft2dPassParams {
+            input: 0,
+            output: 0,
+            twiddles: 0,
+            lines,
+            in_pitch,
+            out_pitch,
+            pack_nyquist: 0,
+            inverse: 0,
+            scale: 1.0,
+        }
+    }
+
+    fn complex(&self, x: &[Complex32], inverse: bool) -> Vec<Complex32> {
+        let n = self.size.side();
+        let len = x.len();
+        let inverse = inverse as u32;
+        let rows = Fft2dPassParams { inverse, ..self.params(self.images as u32 * n, [n, n]) };
+        let (_, mid) = emulate_pass(self.size, Pass::Rows, &rows, 1, &[], x, len);
+        let columns = Fft2dPassParams { inverse, ..self.params(n, [n, n]) };
+        emulate_pass(self.size, Pass::Columns, &columns, self.images as u32, &[], &mid, len).1
+    }
+
+    fn r2c(&self, x: &[f32]) -> Vec<Complex32> {
+        let n = self.size.side();
+        let half = half_columns(n);
+        let len = self.images * (n * half) as usize;
+        let rows = self.params(self.images as u32 * n / 2, [n, n]);
+        let (_, mid) = emulate_pass(self.size, Pass::RowsR2c, &rows, 1, x, &[], len);
+        let columns = self.params(half, [half, half]);
+        emulate_pass(self.size, Pass::Columns, &columns, self.images as u32, &[], &mid, len).1
+    }
+
+    fn c2r(&self, spectra: &[Complex32]) -> Vec<f32> {
+        let n = self.size.side();
+        let half = half_columns(n);
+        let columns = Fft2dPassParams { pack_nyquist: 1, inverse: 1, ..self.params(n / 2, [half, n / 2]) };
+        let mid_len = self.images * (n * n / 2) as usize;
+        let (_, mid) = emulate_pass(self.size, Pass::Columns, &columns, self.images as u32, &[], spectra, mid_len);
+        let rows = self.params(self.images as u32 * n / 2, [n, n]);
+        emulate_pass(self.size, Pass::RowsC2r, &rows, 1, &[], &mid, 2 * mid_len).0
+    }
+}
+
+#[test]
+fn the_two_pass_2d_transforms_match_an_f64_dft_and_invert() {
+    let mut worst: f64 = 0.0;
+    for (i, size) in FFT2D_SIZES.iter().enumerate() {
+        let n = size.side() as usize;
+        let half = half_columns(n as u32) as usize;
+        // 3 images: a partial block of rows for most sizes.
+        let two_pass = TwoPass { size, images: 3 };
+        let x: Vec<Complex32> =
+            host_uniform(700 + i as u64, 6 * n * n).chunks(2).map(|p| Complex32::new(p[0], p[1])).collect();
+        let forward = two_pass.complex(&x, false);
+        for image in 0..3 {
+            let at = image * n * n..(image + 1) * n * n;
+            let err = rel_l2(&forward[at.clone()], &dft2d_f64(&x[at], n));
+            assert!(err <= 1e-6, "{}: two-pass forward relative L2 error {err:e}", size.name);
+            worst = worst.max(err);
+        }
+        let scale = 1.0 / (n * n) as f64;
+        let back: Vec<Complex32> = two_pass.complex(&forward, true).iter().map(|v| v.scale(scale as f32)).collect();
+        let exact: Vec<(f64, f64)> = x.iter().map(|v| (v.re as f64, v.im as f64)).collect();
+        let err = rel_l2(&back, &exact);
+        assert!(err <= 1e-6, "{}: two-pass round trip relative L2 error {err:e}", size.name);
+
+        let real = host_uniform(800 + i as u64, 3 * n * n);
+        let spectra = two_pass.r2c(&real);
+        for image in 0..3 {
+            let complex: Vec<Complex32> =
+                real[image * n * n..][..n * n].iter().map(|&v| Complex32::new(v, 0.0)).collect();
+            let full = dft2d_f64(&complex, n);
+            let exact: Vec<(f64, f64)> =
+                (0..n).flat_map(|r| (0..half).map(move |c| (r, c))).map(|(r, c)| full[r * n + c]).collect();
+            let err = rel_l2(&spectra[image * n * half..][..n * half], &exact);
+            assert!(err <= 1e-6, "{} image {image}: two-pass real-to-complex relative L2 error {err:e}", size.name);
+            worst = worst.max(err);
+        }
+        let back: Vec<Complex32> =
+            two_pass.c2r(&spectra).iter().map(|&v| Complex32::new((v as f64 * scale) as f32, 0.0)).collect();
+        let exact: Vec<(f64, f64)> = real.iter().map(|&v| (v as f64, 0.0)).collect();
+        let err = rel_l2(&back, &exact);
+        assert!(err <= 1e-6, "{}: two-pass real round trip relative L2 error {err:e}", size.name);
+    }
+    println!("worst relative L2 error of the two-pass forward transforms: {worst:e}");
 }

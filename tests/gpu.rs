@@ -669,20 +669,27 @@ fn fft_convolution_matches_the_reference_writes_only_its_output_and_follows_new_
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn fft2d_matches_an_f64_dft_and_cufft_at_every_size() {
+fn fft2d_matches_an_f64_dft_and_cufft_at_every_size_by_each_algorithm() {
     use convkit::{
-        fft::{Direction, Fft2dPlan, fft2d_sizes},
+        fft::{Direction, Fft2dAlgorithm, Fft2dPlan, fft2d_sizes},
         harness::fft::{FftCase, FftKind, check_case},
     };
     let gpu = gpu();
     for (i, size) in fft2d_sizes().iter().enumerate() {
         for kind in FftKind::ALL {
-            let case = FftCase { n: size.side() as usize, images: 3, kind };
-            let [ours, cufft, between] = check_case(&gpu, &case, 0xf2d + i as u64).unwrap();
-            assert!(ours <= 1e-6, "{}: relative L2 error {ours:e} against the f64 DFT", case.label());
-            assert!(cufft <= 1e-6 && between <= 2e-6, "{}: cuFFT {cufft:e}, ours vs cuFFT {between:e}", case.label());
+            for algorithm in Fft2dAlgorithm::ALL {
+                let case = FftCase { n: size.side() as usize, images: 3, kind };
+                let label = format!("{} {}", case.label(), algorithm.name());
+                let [ours, cufft, between] = check_case(&gpu, &case, algorithm, 0xf2d + i as u64).unwrap();
+                assert!(ours <= 1e-6, "{label}: relative L2 error {ours:e} against the f64 DFT");
+                assert!(cufft <= 1e-6 && between <= 2e-6, "{label}: cuFFT {cufft:e}, ours vs cuFFT {between:e}");
+            }
         }
     }
+    // Few images get two passes, many a block per image.
+    let plan = Fft2dPlan::new(&gpu, 120).unwrap();
+    assert_eq!(plan.algorithm(&gpu, 32, true), Fft2dAlgorithm::TwoPass);
+    assert_eq!(plan.algorithm(&gpu, 1024, true), Fft2dAlgorithm::WholeImage);
     let r = Fft2dPlan::new(&gpu, 11);
     assert!(matches!(r, Err(Error::InvalidShape { field: "n", .. })), "{:?}", r.err());
     let plan = Fft2dPlan::new(&gpu, 12).unwrap();

@@ -1,14 +1,15 @@
 //! `convkit check fft` and `convkit bench fft`: the standalone 2D FFTs ([`Fft2dPlan`]:
-//! complex-to-complex both ways, real-to-complex, complex-to-real) against an f64 DFT (on the
-//! host, a few images per case) and against cuFFT (a batched plan of the same kind and images,
-//! through cudarc), on fresh random inputs with NaN-poisoned outputs.
+//! complex-to-complex both ways, real-to-complex, complex-to-real; each of its algorithms)
+//! against an f64 DFT (on the host, a few images per case) and against cuFFT (a batched plan
+//! of the same kind and images, through cudarc), on fresh random inputs with NaN-poisoned
+//! outputs.
 
 use super::bench::Timing;
 use crate::timing::{GpuQueue, Schedule, time_interleaved};
 use crate::{
     Error, Gpu, Result,
     error::Context,
-    fft::{Direction, Fft2dPlan},
+    fft::{Direction, Fft2dAlgorithm, Fft2dPlan},
 };
 use cudarc::{
     cufft::{CudaFft, FftDirection, sys as cufft_sys},
@@ -55,6 +56,11 @@ pub enum FftKind {
 
 impl FftKind {
     pub const ALL: [FftKind; 4] = [FftKind::Forward, FftKind::Inverse, FftKind::R2c, FftKind::C2r];
+
+    /// Real-to-complex or complex-to-real.
+    pub fn is_real(self) -> bool {
+        matches!(self, FftKind::R2c | FftKind::C2r)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -176,23 +182,34 @@ pub struct FftCandidate {
     pub timing: Timing,
 }
 
-/// A row of `bench fft`: ours, then cuFFT.
+/// A row of `bench fft`: each of our algorithms ([`Fft2dAlgorithm::ALL`]'s order), then
+/// cuFFT.
 #[derive(Clone, Debug, Serialize)]
 pub struct FftRow {
     pub case: FftCase,
     pub sets: usize,
     pub checked_images: usize,
-    pub candidates: [FftCandidate; 2],
+    pub candidates: Vec<FftCandidate>,
+    /// The algorithm the plan picks for the case (what "ours" is).
+    pub chosen: &'static str,
 }
 
 impl FftRow {
+    pub fn ours(&self) -> &FftCandidate {
+        self.candidates.iter().find(|c| c.name == self.chosen).expect("the chosen algorithm was timed")
+    }
+
+    pub fn cufft(&self) -> &FftCandidate {
+        self.candidates.last().expect("cuFFT was timed")
+    }
+
     pub fn ours_ms(&self) -> f64 {
-        self.candidates[0].timing.p50
+        self.ours().timing.p50
     }
 
     /// cuFFT's time over ours: above 1 we are faster.
     pub fn speedup(&self) -> f64 {
-        self.candidates[1].timing.p50 / self.ours_ms()
+        self.cufft().timing.p50 / self.ours_ms()
     }
 
     pub fn hbm_percent(&self) -> f64 {
@@ -313,13 +330,14 @@ fn inputs(gpu: &Gpu, case: &FftCase, sets: usize, stride: usize, seed: u64) -> R
     Ok(input)
 }
 
-/// Checks `case`: ours and cuFFT against the f64 DFT of the first few images, and ours
-/// against cuFFT over all of them. Returns `[ours vs f64, cuFFT vs f64, ours vs cuFFT]`.
-pub fn check_case(gpu: &Gpu, case: &FftCase, seed: u64) -> Result<[f64; 3]> {
+/// Checks `case` run by `algorithm`: ours and cuFFT against the f64 DFT of the first few
+/// images, and ours against cuFFT over all of them. Returns `[ours vs f64, cuFFT vs f64, ours
+/// vs cuFFT]`.
+pub fn check_case(gpu: &Gpu, case: &FftCase, algorithm: Fft2dAlgorithm, seed: u64) -> Result<[f64; 3]> {
     let stream = gpu.stream();
     let [per_in, per_out] = case.per_image();
     let (len_in, len_out) = (per_in * case.images, per_out * case.images);
-    let plan = Fft2dPlan::new(gpu, case.n)?;
+    let plan = Fft2dPlan::new(gpu, case.n)?.with_algorithm(algorithm);
     let cufft = CufftPlan::new(stream, case)?;
     let mut input = inputs(gpu, case, 1, len_in, seed)?;
     let (mut ours, mut theirs) = (gpu.alloc::<f32>(len_out)?, gpu.alloc::<f32>(len_out)?);
@@ -340,8 +358,8 @@ pub fn check_case(gpu: &Gpu, case: &FftCase, seed: u64) -> Result<[f64; 3]> {
     Ok([ours_err, cufft_err, rel_l2(&widen(&a), &exact)])
 }
 
-/// Times `case`, ours and cuFFT interleaved, over copies of the images that exceed the L2
-/// cache; each checked against the f64 DFT first.
+/// Times `case`, each of our algorithms and cuFFT interleaved, over copies of the images that
+/// exceed the L2 cache; each checked against the f64 DFT first.
 pub fn bench_case(
     gpu: &Gpu,
     queue: &mut GpuQueue,
@@ -354,35 +372,41 @@ pub fn bench_case(
     let (len_in, len_out) = (per_in * case.images, per_out * case.images);
     let strides = [len_in.next_multiple_of(64), len_out.next_multiple_of(64)];
     let sets = min_working_set.div_ceil(4 * (strides[0] + strides[1])).max(2);
-    let plan = Fft2dPlan::new(gpu, case.n)?;
+    let plans = Fft2dAlgorithm::ALL.map(|a| Fft2dPlan::new(gpu, case.n).map(|p| p.with_algorithm(a)));
+    let plans = plans.into_iter().collect::<Result<Vec<_>>>()?;
+    let chosen = Fft2dPlan::new(gpu, case.n)?.algorithm(gpu, case.images, case.kind.is_real());
     let cufft = CufftPlan::new(gpu.stream(), case)?;
     let mut input = inputs(gpu, case, sets, strides[0], mix(seed, 1))?;
     let mut output = gpu.alloc::<f32>(strides[1] * sets)?;
-    gpu.poison(&mut output)?;
-    // cuFFT's complex-to-real may overwrite its input: the timed runs do not mind, and the
-    // reference is taken before any run.
+    // cuFFT's complex-to-real may overwrite its input: the timed runs do not mind, the
+    // reference is taken before any run, and cuFFT's checked run comes last.
     let run = |which: usize, launch: usize, input: &mut CudaSlice<f32>, output: &mut CudaSlice<f32>| -> Result<()> {
         let set = launch % sets;
         let mut x = input.slice_mut(set * strides[0]..set * strides[0] + len_in);
         let mut y = output.slice_mut(set * strides[1]..set * strides[1] + len_out);
-        if which == 0 { run_ours(gpu, &plan, case, &mut x, &mut y) } else { cufft.execute(&mut x, &mut y) }
+        match plans.get(which) {
+            Some(plan) => run_ours(gpu, plan, case, &mut x, &mut y),
+            None => cufft.execute(&mut x, &mut y),
+        }
     };
+    let names: Vec<&'static str> = Fft2dAlgorithm::ALL.iter().map(|a| a.name()).chain(["cuFFT"]).collect();
     let checked = checked_images(case);
     let truth = reference(gpu, case, &input, checked)?;
-    let mut errs = [0.0; 2];
+    let mut errs = vec![0.0; names.len()];
     for (which, err) in errs.iter_mut().enumerate() {
+        gpu.poison(&mut output)?;
         run(which, 0, &mut input, &mut output)?;
         *err = error(gpu, case, &output, &truth)?;
     }
-    let samples =
-        time_interleaved(queue, schedule, 2, &mut |_, which, launch| run(which, launch, &mut input, &mut output))?;
-    let candidate = |i: usize, name| FftCandidate { name, rel_l2: errs[i], timing: Timing::from(&samples[i]) };
-    Ok(FftRow {
-        case: *case,
-        sets,
-        checked_images: checked,
-        candidates: [candidate(0, "convkit"), candidate(1, "cuFFT")],
-    })
+    let samples = time_interleaved(queue, schedule, names.len(), &mut |_, which, launch| {
+        run(which, launch, &mut input, &mut output)
+    })?;
+    let candidates = names
+        .iter()
+        .zip(errs.iter().zip(&samples))
+        .map(|(&name, (&rel_l2, samples))| FftCandidate { name, rel_l2, timing: Timing::from(samples) })
+        .collect();
+    Ok(FftRow { case: *case, sets, checked_images: checked, candidates, chosen: chosen.name() })
 }
 
 /// Parses `NxIMAGES` (e.g. `72x2048`).

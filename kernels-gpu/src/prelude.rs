@@ -31,6 +31,11 @@ pub fn block_idx_x() -> u32 {
 }
 
 #[inline(always)]
+pub fn block_idx_y() -> u32 {
+    unsafe { nvptx::_block_idx_y() as u32 }
+}
+
+#[inline(always)]
 pub fn block_idx_z() -> u32 {
     unsafe { nvptx::_block_idx_z() as u32 }
 }

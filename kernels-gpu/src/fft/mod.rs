@@ -13,6 +13,7 @@
 //! table in global memory, so that no kernel array is indexed at run time.
 
 pub mod square;
+pub mod two_pass;
 
 use crate::{MagicDiv, complex::Complex32};
 use bytemuck::{Pod, Zeroable};

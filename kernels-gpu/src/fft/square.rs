@@ -306,6 +306,12 @@ pub struct Fft2dSize {
     /// The real-to-complex (forward) and complex-to-real (inverse) kernels.
     pub r2c_kernel: &'static str,
     pub c2r_kernel: &'static str,
+    /// The two-pass kernels ([`super::two_pass`]): complex rows, complex columns, real rows in,
+    /// real rows out.
+    pub rows_kernel: &'static str,
+    pub columns_kernel: &'static str,
+    pub rows_r2c_kernel: &'static str,
+    pub rows_c2r_kernel: &'static str,
     pub a: u32,
     pub b: u32,
     pub threads: u32,
@@ -528,6 +534,10 @@ macro_rules! fft2d_kernels {
             name: concat!("fft2d_", stringify!($n)),
             r2c_kernel: concat!("fft2d_r2c_", stringify!($n)),
             c2r_kernel: concat!("fft2d_c2r_", stringify!($n)),
+            rows_kernel: concat!("fft2d_rows_", stringify!($n)),
+            columns_kernel: concat!("fft2d_columns_", stringify!($n)),
+            rows_r2c_kernel: concat!("fft2d_rows_r2c_", stringify!($n)),
+            rows_c2r_kernel: concat!("fft2d_rows_c2r_", stringify!($n)),
             a: $a,
             b: $b,
             threads: $threads,
@@ -565,10 +575,11 @@ macro_rules! fft2d_kernels {
 square_sizes!(fft2d_kernels);
 
 /// The GPU's [`Block`]: shared memory from the dynamic segment, inputs read through the
-/// non-coherent path.
+/// non-coherent path unless the launch writes them ([`GpuBlock::in_place`]).
 #[cfg(target_arch = "nvptx64")]
 pub struct GpuBlock {
     smem: u32,
+    coherent: bool,
     twiddles: u64,
     real_in: u64,
     complex_in: u64,
@@ -587,12 +598,20 @@ mod device {
         pub fn new(twiddles: u64, real_in: u64, complex_in: u64, real_out: u64, complex_out: u64) -> Self {
             GpuBlock {
                 smem: smem_base(),
+                coherent: false,
                 twiddles: to_global(twiddles),
                 real_in: to_global(real_in),
                 complex_in: to_global(complex_in),
                 real_out: to_global(real_out),
                 complex_out: to_global(complex_out),
             }
+        }
+
+        /// As [`GpuBlock::new`] for a program whose outputs overwrite its inputs: coherent
+        /// loads (`ld.global.nc` requires data that no one writes during the launch).
+        #[inline(always)]
+        pub fn in_place(twiddles: u64, real_in: u64, complex_in: u64, real_out: u64, complex_out: u64) -> Self {
+            GpuBlock { coherent: true, ..Self::new(twiddles, real_in, complex_in, real_out, complex_out) }
         }
     }
 
@@ -633,12 +652,14 @@ mod device {
 
         #[inline(always)]
         fn read_real(&mut self, offset: u64) -> f32 {
-            ldg_nc_f32(self.real_in + 4 * offset)
+            let at = self.real_in + 4 * offset;
+            if self.coherent { ld_global_f32(at) } else { ldg_nc_f32(at) }
         }
 
         #[inline(always)]
         fn read_complex(&mut self, offset: u64) -> Complex32 {
-            complex(ldg_nc_f32x2(self.complex_in + 8 * offset))
+            let at = self.complex_in + 8 * offset;
+            complex(if self.coherent { ld_global_f32x2(at) } else { ldg_nc_f32x2(at) })
         }
 
         #[inline(always)]
