@@ -81,6 +81,12 @@ pub fn lines<const A: usize, const B: usize, const INV: bool, M: Block>(
         #[inline(always)]
         |m, item| {
             let (line, a) = split(item, a_len);
+            // Twiddles first: their loads then overlap the data's.
+            let mut w = [Complex32::ONE; B];
+            for kb in 1..B {
+                let t = m.twiddle(a * kb as u32);
+                w[kb] = if INV { t.conj() } else { t };
+            }
             let mut v = [Complex32::ZERO; B];
             for b in 0..B {
                 v[b] = load(m, line, a + a_len * b as u32);
@@ -88,8 +94,7 @@ pub fn lines<const A: usize, const B: usize, const INV: bool, M: Block>(
             dft_reg::<B, INV>(&mut v);
             for kb in 0..B {
                 if kb > 0 {
-                    let w = m.twiddle(a * kb as u32);
-                    v[kb] = v[kb] * if INV { w.conj() } else { w };
+                    v[kb] = v[kb] * w[kb];
                 }
                 m.store(slot::<A, B>(line, a + a_len * kb as u32), v[kb]);
             }
@@ -146,29 +151,36 @@ pub fn columns<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dPas
     let valid = move |line: u32| first + line < p.lines;
     let base = |pitch: u32| image as u64 * n * pitch as u64;
     let (in_base, out_base) = (base(p.in_pitch), base(p.out_pitch));
-    let nyquist = (n / 2) as u32;
-    let load = #[inline(always)]
-    move |m: &mut M, line: u32, i: u32| {
-        let column = first + line;
-        let row = in_base + i as u64 * p.in_pitch as u64;
-        if !valid(line) {
-            Complex32::ZERO
-        } else if p.pack_nyquist != 0 && column == 0 {
-            m.read_complex(row) + m.read_complex(row + nyquist as u64).mul_i()
-        } else {
-            m.read_complex(row + column as u64)
-        }
-    };
+    let nyquist = (n / 2) as u64;
     let emit = #[inline(always)]
     move |m: &mut M, line: u32, k: u32, v: Complex32| {
         if valid(line) {
             m.write_complex(out_base + k as u64 * p.out_pitch as u64 + (first + line) as u64, v.scale(p.scale));
         }
     };
-    if p.inverse == 0 {
-        lines::<A, B, false, M>(m, true, load, emit)
-    } else {
-        lines::<A, B, true, M>(m, true, load, emit)
+    // No branch around a load (one kept the loads of a column from overlapping): lines past
+    // the data read the block's first column and are set to zero.
+    let element = move |line: u32, i: u32| {
+        let column = first + if valid(line) { line } else { 0 };
+        in_base + i as u64 * p.in_pitch as u64 + column as u64
+    };
+    let kept = move |line: u32, v: Complex32| if valid(line) { v } else { Complex32::ZERO };
+    let load = #[inline(always)]
+    move |m: &mut M, line: u32, i: u32| kept(line, m.read_complex(element(line, i)));
+    // Column 0 adds i times column N/2; the other columns read their element twice (the
+    // second read hits L1) and add nothing.
+    let load_packed = #[inline(always)]
+    move |m: &mut M, line: u32, i: u32| {
+        let at = element(line, i);
+        let first_column = first + line == 0;
+        let v = m.read_complex(at);
+        let w = m.read_complex(if first_column { at + nyquist } else { at });
+        kept(line, w.mul_i().scale_add(if first_column { 1.0 } else { 0.0 }, v))
+    };
+    match (p.inverse != 0, p.pack_nyquist != 0) {
+        (false, _) => lines::<A, B, false, M>(m, true, load, emit),
+        (true, false) => lines::<A, B, true, M>(m, true, load, emit),
+        (true, true) => lines::<A, B, true, M>(m, true, load_packed, emit),
     }
 }
 
