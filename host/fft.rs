@@ -208,6 +208,22 @@ impl Fft2dAlgorithm {
     }
 }
 
+/// Whether two passes beat whole-image blocks on `images` `n x n` images (`real`: the real
+/// kinds, whose whole-image blocks take a pair) on a GPU of `sm_count` SMs. Only when whole-image
+/// blocks leave SMs idle; then by times fitted to `bench fft` on the H200 (7646df9, 56 to 160,
+/// 32 to 128 images): a lone whole-image block takes about `3.5 + n²/1250` µs, the two passes
+/// `7.5` µs plus 1 µs per MB of complex images (0.7 of that for the real kinds).
+pub fn two_pass_pays(n: usize, images: usize, real: bool, sm_count: u32) -> bool {
+    let blocks = if real { images.div_ceil(2) } else { images };
+    if blocks >= sm_count as usize {
+        return false;
+    }
+    let whole_image_us = 3.5 + (n * n) as f64 / 1250.0;
+    let megabytes = (images * n * n * size_of::<Complex32>()) as f64 / 1e6;
+    let two_pass_us = 7.5 + megabytes * if real { 0.7 } else { 1.0 };
+    two_pass_us < whole_image_us
+}
+
 /// Which transform a launch does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -244,11 +260,9 @@ impl Fft2dPlan {
     }
 
     /// The algorithm a call on `images` images runs (`real`: the real-to-complex and
-    /// complex-to-real kinds, whose whole-image blocks take a pair of images): two passes
-    /// when whole-image blocks would be fewer than the SMs, unless the plan was given one.
+    /// complex-to-real kinds), unless the plan was given one: [`two_pass_pays`] on this GPU.
     pub fn algorithm(&self, gpu: &Gpu, images: usize, real: bool) -> Fft2dAlgorithm {
-        let blocks = if real { images.div_ceil(2) } else { images };
-        self.algorithm.unwrap_or(if blocks < gpu.sm_count() as usize {
+        self.algorithm.unwrap_or(if two_pass_pays(self.size.side() as usize, images, real, gpu.sm_count()) {
             Fft2dAlgorithm::TwoPass
         } else {
             Fft2dAlgorithm::WholeImage

@@ -6,7 +6,7 @@ mod common;
 use common::{CpuBlock, dft_f64};
 use convkit::{
     Error,
-    fft::{FFT_MAX_N, FftLayout, factorize, twiddles},
+    fft::{FFT_MAX_N, FftLayout, factorize, twiddles, two_pass_pays},
     harness::reference::host_uniform,
 };
 use kernels_gpu::{
@@ -436,4 +436,27 @@ fn the_two_pass_2d_transforms_match_an_f64_dft_and_invert() {
         assert!(err <= 1e-6, "{}: two-pass real round trip relative L2 error {err:e}", size.name);
     }
     println!("worst relative L2 error of the two-pass forward transforms: {worst:e}");
+}
+
+#[test]
+fn two_passes_are_chosen_for_few_large_images_only() {
+    let h200 = 132;
+    // (n, images, real, two passes?): as measured at 7646df9.
+    let cases = [
+        (120, 32, false, true),
+        (120, 32, true, true),
+        (160, 32, true, true),
+        (144, 64, true, true),
+        (120, 128, false, false),
+        (96, 128, true, false),
+        (56, 32, false, false),
+        (64, 100, true, false),
+        (120, 1024, true, false),
+        (14, 16384, false, false),
+    ];
+    for (n, images, real, expect) in cases {
+        assert_eq!(two_pass_pays(n, images, real, h200), expect, "{n}x{n} x{images} real {real}");
+    }
+    // Whole-image blocks that fill the GPU never give way.
+    assert!(!two_pass_pays(160, 64, false, 32));
 }

@@ -20,6 +20,7 @@ use kernels_gpu::{
     fft::{
         FFT_KERNEL, FftParams,
         square::{FFT2D_SIZES, Fft2dParams},
+        two_pass::Fft2dPassParams,
     },
     random::{FILL_KERNEL, FillParams},
     timing::{GATE_KERNEL, GateParams},
@@ -44,6 +45,8 @@ fn kernels() -> Vec<(&'static str, usize)> {
     all.extend(CGEMM_TILES.iter().map(|t| (t.name, size_of::<CgemmParams>())));
     for size in FFT2D_SIZES {
         all.extend([size.name, size.r2c_kernel, size.c2r_kernel].map(|name| (name, size_of::<Fft2dParams>())));
+        let two_pass = [size.rows_kernel, size.columns_kernel, size.rows_r2c_kernel, size.rows_c2r_kernel];
+        all.extend(two_pass.map(|name| (name, size_of::<Fft2dPassParams>())));
     }
     for size in FFT_GEMM_SIZES {
         let kernels = [size.input_kernel, size.filter_kernel, size.output_kernel, size.depthwise_kernel];

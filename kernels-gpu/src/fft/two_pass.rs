@@ -151,7 +151,7 @@ pub fn columns<const A: usize, const B: usize, M: Block>(m: &mut M, p: &Fft2dPas
     let valid = move |line: u32| first + line < p.lines;
     let base = |pitch: u32| image as u64 * n * pitch as u64;
     let (in_base, out_base) = (base(p.in_pitch), base(p.out_pitch));
-    let nyquist = (n / 2) as u64;
+    let nyquist = n / 2;
     let emit = #[inline(always)]
     move |m: &mut M, line: u32, k: u32, v: Complex32| {
         if valid(line) {
