@@ -81,7 +81,7 @@ pub fn lines<const A: usize, const B: usize, const INV: bool, M: Block>(
         #[inline(always)]
         |m, item| {
             let (line, a) = split(item, a_len);
-            // Twiddles first: their loads then overlap the data's.
+            // Twiddles first in program order (ptxas still issues most after the data loads).
             let mut w = [Complex32::ONE; B];
             for kb in 1..B {
                 let t = m.twiddle(a * kb as u32);
