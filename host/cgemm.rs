@@ -215,8 +215,8 @@ fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
 /// measured bests of `bench cgemm --variant all` (and `--variant tensor`) on the H200
 /// (benches/NOTES.md):
 /// - where C has one or two columns and at least 16 rows (matrix times vector): `Dot` where
-///   A is stored with k contiguous (op T or C), else `Element`, two rows per thread for
-///   interleaved storage;
+///   A is stored with k contiguous (op T or C), else `Element`, for interleaved storage four
+///   rows per thread where 128 divides the rows (dealt out over the warp), else two;
 /// - `Tensor` where k is at least 8 and C has at least 16 rows and 16 columns, 24 rows and 8
 ///   columns, or 8 rows and 64 columns ([`tensor_tile`]);
 /// - `Large` 1 x 4 where C has 8 to 16 rows and at least 64 columns (k under 8);
@@ -236,12 +236,16 @@ pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
         if cm.op_a != Op::N {
             return cgemm_tile(Family::Dot, 1, 1, kc).expect("CGEMM_TILES has the Dot kernel");
         }
-        let rows = if planar { 1 } else { 2 };
-        return cgemm_tile(Family::Element, rows, 1, kc).expect("CGEMM_TILES has Element 1 x 1 and 2 x 1");
+        let rows = match (planar, m % 128) {
+            (true, _) => 1,
+            (false, 0) => 4,
+            (false, _) => 2,
+        };
+        return cgemm_tile(Family::Element, rows, 1, kc).expect("CGEMM_TILES has Element 1, 2 and 4 x 1");
     }
     if !planar {
         if cm.k >= 8 && (m >= 16 && n >= 16 || m >= 24 && n >= 8 || m >= 8 && n >= 64) {
-            return tensor_tile(m, n, kc);
+            return tensor_tile(m, n, cm.k, kc);
         }
         if (8..=16).contains(&m) && n >= 64 {
             return cgemm_tile(Family::Large, 1, 4, kc).expect("CGEMM_TILES has Large 1 x 4 for every layout");
@@ -279,22 +283,28 @@ pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
     cgemm_tile(Family::Tiled, side(m), side(n), kc).expect("CGEMM_TILES covers every pair of 1, 2 and 4")
 }
 
-/// The `Tensor` tile for a column-major C of `m x n` (stored layouts `kc`): 64 x 8 for 8
-/// columns or fewer, 16 x 16 up to 16 x 16, 16 x 64 for 16 rows or fewer, 128 x 32 for tall C
-/// of 32 columns or fewer, 64 x 64 from 64 x 64, else 32 x 32 (the fastest on each of the
-/// H200's measured products).
-pub fn tensor_tile(m: usize, n: usize, kc: [bool; 2]) -> &'static CgemmTile {
-    let (bm, bn) = match (m, n) {
-        (_, ..=8) => (64, 8),
-        (..=16, ..=16) => (16, 16),
-        (..=16, _) => (16, 64),
-        (128.., ..=32) => (128, 32),
-        (64.., 64..) => (64, 64),
-        _ => (32, 32),
+/// The `Tensor` tile for a column-major C of `m x n` and k of `k` (stored layouts `kc`): 64 x 8
+/// for 8 columns or fewer; for 16 rows or fewer, 16 x 16 with all of k in one chunk where k is
+/// at most 16 and C has at most 64 columns, else 16 x 16 up to 16 columns, else 16 x 64; 128 x
+/// 32 for tall C of 32 columns or fewer, 64 x 64 from 64 x 64, else 32 x 32, in one chunk
+/// where k is 17 to 32 (the fastest on each of the H200's measured products; a one-chunk tile
+/// has no chunk sums, so fewer registers and more blocks per SM).
+pub fn tensor_tile(m: usize, n: usize, k: usize, kc: [bool; 2]) -> &'static CgemmTile {
+    let (bm, bn, one_chunk) = match (m, n) {
+        (_, ..=8) => (64, 8, false),
+        (..=16, ..=64) if k <= 16 => (16, 16, true),
+        (..=16, ..=16) => (16, 16, false),
+        (..=16, _) => (16, 64, false),
+        (128.., ..=32) => (128, 32, false),
+        (64.., 64..) => (64, 64, false),
+        _ => (32, 32, (17..=32).contains(&k)),
     };
     CGEMM_TILES
         .iter()
-        .find(|t| t.k_contiguous == Some(kc) && t.mma.is_some_and(|mma| (mma.bm(), mma.bn()) == (bm, bn)))
+        .find(|t| {
+            t.k_contiguous == Some(kc)
+                && t.mma.is_some_and(|mma| (mma.bm(), mma.bn(), mma.one_chunk) == (bm, bn, one_chunk))
+        })
         .expect("CGEMM_TILES has these Tensor tiles for every layout")
 }
 
@@ -311,7 +321,7 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
         Family::Element | Family::Dot => Some(CgemmShape::element(*tile)),
         Family::Tensor => tile
             .mma
-            .filter(|_| tile.k_contiguous == Some(k_contiguous(&cm)))
+            .filter(|mma| tile.k_contiguous == Some(k_contiguous(&cm)) && (!mma.one_chunk || k <= mma.bk))
             .map(|mma| CgemmShape::tensor(*tile, mma, k)),
         Family::Whole => {
             let span = cm.validate().ok()?.span;

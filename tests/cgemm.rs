@@ -308,9 +308,10 @@ fn emulate_element(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Com
             let batch = (p.batch_base + at.first as u64) as usize;
             let (row0, col) = (at.row0 as usize, at.col0 as usize);
             assert!(row0 < cm.m && col < cm.n);
-            let paired = rows == 2 && p.a_pairs != 0 && cm.op_a == Op::N && row0 + 1 < cm.m;
+            let paired = rows.is_multiple_of(2) && p.a_pairs != 0 && cm.op_a == Op::N && row0 + rows <= cm.m;
+            let row_of = |r: usize| p.element_row(at, rows as u32, r as u32) as usize;
             for r in 0..rows {
-                let row = (row0 + r).min(cm.m - 1);
+                let row = row_of(r).min(cm.m - 1);
                 let mut acc = Complex32::ZERO;
                 for l in 0..cm.k {
                     let x = match cm.op_a {
@@ -319,7 +320,8 @@ fn emulate_element(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Com
                         Op::C => a[batch * cm.stride_a + l + row * cm.lda].conj(),
                     };
                     if paired {
-                        let pair = batch * cm.stride_a + row0 + l * cm.lda;
+                        assert_eq!(row_of(r & !1) + r % 2, row, "{case}: a pair of rows apart");
+                        let pair = batch * cm.stride_a + row_of(r & !1) + l * cm.lda;
                         assert!(
                             pair.is_multiple_of(2) && pair + 1 < a.len(),
                             "{case}: a 16-byte pair off its alignment or the buffer"
@@ -332,8 +334,8 @@ fn emulate_element(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Com
                     };
                     acc = x.mul_add(y, acc);
                 }
-                if row0 + r < cm.m {
-                    let o = batch * cm.stride_c + row0 + r + col * cm.ldc;
+                if row_of(r) < cm.m {
+                    let o = batch * cm.stride_c + row_of(r) + col * cm.ldc;
                     written[o] += 1;
                     c[o] = p.epilogue(acc, || input[o]);
                 }
@@ -607,11 +609,18 @@ fn the_kernels_arithmetic_matches_the_reference_on_random_problems() {
         others += check_every_tile(&random_case(&mut rng, i), i as u64) - 10;
     }
     assert!(others > 150, "the random problems exercise the Whole and Large variants ({others} runs)");
-    // Whole matrices many to a block, a tile of a tall matrix, chunks of k, and more
-    // matrices than one block's group.
-    for spec in
-        ["m=1,batch=700", "m=3,n=5,k=2,batch=3001,op=ct", "m=200,n=3,k=40,batch=3", "m=8,n=70,k=100,batch=5,op=tc"]
-    {
+    // Whole matrices many to a block, a tile of a tall matrix, chunks of k, more matrices
+    // than one block's group, Element's rows dealt out over a warp (m a multiple of 128), and
+    // the one-chunk Tensor tiles with k short of their chunk.
+    for spec in [
+        "m=1,batch=700",
+        "m=3,n=5,k=2,batch=3001,op=ct",
+        "m=200,n=3,k=40,batch=3",
+        "m=8,n=70,k=100,batch=5,op=tc",
+        "m=256,n=1,k=20,batch=3",
+        "m=24,n=24,k=24,batch=5,op=cn",
+        "m=16,n=40,k=12,batch=4,op=nc",
+    ] {
         check_every_tile(&spec.parse().unwrap(), 7);
     }
 }
@@ -739,7 +748,16 @@ fn shapes_fit_shared_memory_and_cover_their_tiles() {
     let dense = BatchedGemm::packed(32, 256, 256, 10, Op::N, Op::N, Layout::RowMajor);
     assert_eq!(cgemm::choose_tile(&dense, false).name, "cgemm_tc_128x32_mk", "C^T is 256 x 32");
     let gemv = BatchedGemm::packed(1, 256, 256, 10, Op::N, Op::N, Layout::RowMajor);
-    assert_eq!(cgemm::choose_tile(&gemv, false).name, "cgemm_element_t2x1", "x . W, one row of C");
+    assert_eq!(cgemm::choose_tile(&gemv, false).name, "cgemm_element_t4x1", "x . W, one row of C");
+    let gemv_32 = BatchedGemm::packed(1, 32, 32, 10, Op::N, Op::N, Layout::RowMajor);
+    assert_eq!(cgemm::choose_tile(&gemv_32, false).name, "cgemm_element_t2x1", "rows not dealt out under 128");
+    let sq = |size: usize| {
+        cgemm::choose_tile(&BatchedGemm::packed(size, size, size, 10, Op::N, Op::N, Layout::ColMajor), false).name
+    };
+    assert_eq!(
+        (sq(16), sq(24), sq(32), sq(33)),
+        ("cgemm_tc_16x16_k16_mk", "cgemm_tc_32x32_k32_mk", "cgemm_tc_32x32_k32_mk", "cgemm_tc_32x32_mk")
+    );
     assert_eq!(cgemm::choose_tile(&gemv, true).name, "cgemm_element", "planar: one row per thread");
     let gemv_t = BatchedGemm::packed(256, 1, 256, 10, Op::C, Op::N, Layout::ColMajor);
     assert_eq!(cgemm::choose_tile(&gemv_t, false).family, Family::Dot, "A^H x: A's rows run along k");
@@ -755,7 +773,7 @@ fn the_heuristic_always_picks_a_variant_that_computes_the_problem() {
             for op_b in Op::ALL {
                 for &m in &sizes {
                     for &n in &sizes {
-                        for k in [1, 7, 8, 16, 100] {
+                        for k in [1, 7, 8, 16, 17, 32, 33, 100] {
                             let g = BatchedGemm::packed(m, n, k, 3, op_a, op_b, layout);
                             for planar in [false, true] {
                                 let tile = cgemm::choose_tile(&g, planar);

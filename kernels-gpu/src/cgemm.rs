@@ -85,9 +85,9 @@ pub enum Family {
     /// tile, shared-memory reads at constant offsets. Compiled per stored layout of A and B
     /// (whether k is contiguous in each); interleaved storage.
     Large,
-    /// `TM` outputs of a column per thread, operands read through L1 (no shared memory), k
-    /// unrolled by 8: matrix-vector shapes (C with one or two columns), where a tile would idle
-    /// threads.
+    /// `TM` outputs of a column per thread, operands read through L1 (no shared memory), 8
+    /// k-steps in flight (4 for four rows): matrix-vector shapes (C with one or two columns),
+    /// where a tile would idle threads.
     Element,
     /// One output per warp, the lanes along k and their sums added by shuffles: the
     /// matrix-vector shapes whose A is stored with k contiguous (op T or C), where one
@@ -141,7 +141,7 @@ macro_rules! cgemm_tiles {
         large: [$(([$l_mn:ident, $l_mk:ident, $l_kn:ident, $l_kk:ident], $l_tm:literal, $l_tn:literal)),* $(,)?],
         tensor: [$(
             ([$t_mn:ident, $t_mk:ident, $t_kn:ident, $t_kk:ident],
-             $wr:literal, $wc:literal, $mt:literal, $nt:literal, $kb:literal)
+             $wr:literal, $wc:literal, $mt:literal, $nt:literal, $kb:literal, $one:literal)
         ),* $(,)?] $(,)?
     ) => {
         /// Every variant in the PTX.
@@ -157,13 +157,13 @@ macro_rules! cgemm_tiles {
             )*
             $(
                 layout_tile(stringify!($t_mn), Family::Tensor, 16 * $mt, 8 * $nt, [false, false],
-                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb })),
+                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb, one_chunk: $one })),
                 layout_tile(stringify!($t_mk), Family::Tensor, 16 * $mt, 8 * $nt, [false, true],
-                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb })),
+                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb, one_chunk: $one })),
                 layout_tile(stringify!($t_kn), Family::Tensor, 16 * $mt, 8 * $nt, [true, false],
-                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb })),
+                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb, one_chunk: $one })),
                 layout_tile(stringify!($t_kk), Family::Tensor, 16 * $mt, 8 * $nt, [true, true],
-                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb })),
+                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb, one_chunk: $one })),
             )*
         ];
 
@@ -173,7 +173,7 @@ macro_rules! cgemm_tiles {
             use super::tensor::device::tensor;
             $(cgemm_tiles!(@entry $name, $kernel);)*
             $(cgemm_tiles!(@layouts [$l_mn, $l_mk, $l_kn, $l_kk], large, [$l_tm, $l_tn]);)*
-            $(cgemm_tiles!(@layouts [$t_mn, $t_mk, $t_kn, $t_kk], tensor, [$wr, $wc, $mt, $nt, $kb]);)*
+            $(cgemm_tiles!(@layouts [$t_mn, $t_mk, $t_kn, $t_kk], tensor, [$wr, $wc, $mt, $nt, $kb, $one]);)*
         }
     };
     (@layouts [$mn:ident, $mk:ident, $kn:ident, $kk:ident], $kernel:ident, [$($g:literal),*]) => {
@@ -209,8 +209,9 @@ cgemm_tiles!(
         (cgemm_whole_t2x4, Whole, 2, 4, whole::<2, 4>),
         (cgemm_whole_t4x1, Whole, 4, 1, whole::<4, 1>),
         (cgemm_whole_t4x2, Whole, 4, 2, whole::<4, 2>),
-        (cgemm_element, Element, 1, 1, element::<1>),
-        (cgemm_element_t2x1, Element, 2, 1, element::<2>),
+        (cgemm_element, Element, 1, 1, element::<1, 8>),
+        (cgemm_element_t2x1, Element, 2, 1, element::<2, 8>),
+        (cgemm_element_t4x1, Element, 4, 1, element::<4, 4>),
         (cgemm_dot, Dot, 1, 1, dot),
     ],
     // Register tile (rows x columns per thread).
@@ -222,16 +223,19 @@ cgemm_tiles!(
         ([cgemm_large_t4x1_mn, cgemm_large_t4x1_mk, cgemm_large_t4x1_kn, cgemm_large_t4x1_kk], 4, 1),
         ([cgemm_large_t1x4_mn, cgemm_large_t1x4_mk, cgemm_large_t1x4_kn, cgemm_large_t1x4_kk], 1, 4),
     ],
-    // Warps along rows and columns, m16n8 tiles per warp along each, k per chunk.
+    // Warps along rows and columns, m16n8 tiles per warp along each, k per chunk, all of k in
+    // one chunk (k ≤ that chunk only).
     tensor: [
-        ([cgemm_tc_16x16_mn, cgemm_tc_16x16_mk, cgemm_tc_16x16_kn, cgemm_tc_16x16_kk], 1, 2, 1, 1, 16),
-        ([cgemm_tc_32x32_mn, cgemm_tc_32x32_mk, cgemm_tc_32x32_kn, cgemm_tc_32x32_kk], 2, 2, 1, 2, 16),
-        ([cgemm_tc_64x32_mn, cgemm_tc_64x32_mk, cgemm_tc_64x32_kn, cgemm_tc_64x32_kk], 2, 2, 2, 2, 16),
-        ([cgemm_tc_64x64_mn, cgemm_tc_64x64_mk, cgemm_tc_64x64_kn, cgemm_tc_64x64_kk], 2, 2, 2, 4, 16),
-        ([cgemm_tc_128x32_mn, cgemm_tc_128x32_mk, cgemm_tc_128x32_kn, cgemm_tc_128x32_kk], 4, 1, 2, 4, 16),
-        ([cgemm_tc_32x64_mn, cgemm_tc_32x64_mk, cgemm_tc_32x64_kn, cgemm_tc_32x64_kk], 1, 4, 2, 2, 16),
-        ([cgemm_tc_64x8_mn, cgemm_tc_64x8_mk, cgemm_tc_64x8_kn, cgemm_tc_64x8_kk], 4, 1, 1, 1, 16),
-        ([cgemm_tc_16x64_mn, cgemm_tc_16x64_mk, cgemm_tc_16x64_kn, cgemm_tc_16x64_kk], 1, 4, 1, 2, 16),
+        ([cgemm_tc_16x16_mn, cgemm_tc_16x16_mk, cgemm_tc_16x16_kn, cgemm_tc_16x16_kk], 1, 2, 1, 1, 16, false),
+        ([cgemm_tc_32x32_mn, cgemm_tc_32x32_mk, cgemm_tc_32x32_kn, cgemm_tc_32x32_kk], 2, 2, 1, 2, 16, false),
+        ([cgemm_tc_64x32_mn, cgemm_tc_64x32_mk, cgemm_tc_64x32_kn, cgemm_tc_64x32_kk], 2, 2, 2, 2, 16, false),
+        ([cgemm_tc_64x64_mn, cgemm_tc_64x64_mk, cgemm_tc_64x64_kn, cgemm_tc_64x64_kk], 2, 2, 2, 4, 16, false),
+        ([cgemm_tc_128x32_mn, cgemm_tc_128x32_mk, cgemm_tc_128x32_kn, cgemm_tc_128x32_kk], 4, 1, 2, 4, 16, false),
+        ([cgemm_tc_32x64_mn, cgemm_tc_32x64_mk, cgemm_tc_32x64_kn, cgemm_tc_32x64_kk], 1, 4, 2, 2, 16, false),
+        ([cgemm_tc_64x8_mn, cgemm_tc_64x8_mk, cgemm_tc_64x8_kn, cgemm_tc_64x8_kk], 4, 1, 1, 1, 16, false),
+        ([cgemm_tc_16x64_mn, cgemm_tc_16x64_mk, cgemm_tc_16x64_kn, cgemm_tc_16x64_kk], 1, 4, 1, 2, 16, false),
+        ([cgemm_tc_16x16_k16_mn, cgemm_tc_16x16_k16_mk, cgemm_tc_16x16_k16_kn, cgemm_tc_16x16_k16_kk], 1, 2, 1, 1, 16, true),
+        ([cgemm_tc_32x32_k32_mn, cgemm_tc_32x32_k32_mk, cgemm_tc_32x32_k32_kn, cgemm_tc_32x32_k32_kk], 2, 2, 1, 2, 32, true),
     ],
 );
 
@@ -469,7 +473,7 @@ impl CgemmShape {
             per_block: 1,
             thread_rows: mma.warp_rows,
             thread_cols: mma.warp_cols,
-            stages: max(min(chunks, tensor::STAGES), 1),
+            stages: if mma.one_chunk { 1 } else { max(min(chunks, tensor::STAGES), 1) },
         }
     }
 
@@ -657,6 +661,21 @@ impl CgemmParams {
         let (group, tile) = self.tiles.div_rem(item);
         let (col_tile, row_tile) = self.row_tiles.div_rem(tile);
         BlockCoords { first: group * self.per_block, row0: row_tile * self.bm, col0: col_tile * self.bn }
+    }
+
+    /// Row `r` of the `rows` an `Element` item computes: `row0 + r`, or, where every warp's
+    /// items lie in `32 · rows` rows of one column (`m` a multiple of that, `rows` at least 4),
+    /// the same rows dealt out so that pair `h` of lane `i` is rows `64h + 2i` and `+ 1` of the
+    /// warp's: each 16-byte load instruction then reads 512 contiguous bytes.
+    #[inline(always)]
+    pub fn element_row(&self, at: BlockCoords, rows: u32, r: u32) -> u32 {
+        let span = 32 * rows;
+        if rows > 2 && self.m.is_multiple_of(span) {
+            let (slab, lane) = (at.row0 - at.row0 % span, at.row0 / rows % 32);
+            slab + 64 * (r / 2) + 2 * lane + r % 2
+        } else {
+            at.row0 + r
+        }
     }
 
     /// A thread's matrix and place; `matrix >= per_round` for the threads that only stage.
@@ -1277,34 +1296,35 @@ mod kernel {
 
     /// `ROWS` outputs of one column per thread (work item): its rows of `op(A)` and column of
     /// `op(B)` read straight from global memory (through L1, which holds what neighbouring
-    /// threads share), eight k-steps of loads in flight at a time; two rows as one 16-byte
-    /// load where A's rows are contiguous and their pairs aligned (`a_pairs`).
-    pub unsafe fn element<const ROWS: usize>(p: &CgemmParams) {
+    /// threads share), `UNROLL` k-steps of loads in flight at a time; each pair of rows as one
+    /// 16-byte load where A's rows are contiguous and their pairs aligned (`a_pairs`), the rows
+    /// dealt out over the warp where [`CgemmParams::element_row`] can.
+    pub unsafe fn element<const ROWS: usize, const UNROLL: usize>(p: &CgemmParams) {
         let item = block_idx_x() * CGEMM_THREADS + thread_idx_x();
         if item >= p.items {
             return;
         }
         let at = p.item_coords(item);
-        // Both rows inside the matrix, so the pair's second element lies inside the buffer.
-        if ROWS == 2 && p.a_pairs != 0 && p.op_a == Op::N as u32 && at.row0 + 1 < p.m {
-            element_rows::<ROWS, true>(p, at);
+        // Every row inside the matrix, so each pair's second element lies inside the buffer.
+        if ROWS.is_multiple_of(2) && p.a_pairs != 0 && p.op_a == Op::N as u32 && at.row0 + ROWS as u32 <= p.m {
+            element_rows::<ROWS, UNROLL, true>(p, at);
         } else {
-            element_rows::<ROWS, false>(p, at);
+            element_rows::<ROWS, UNROLL, false>(p, at);
         }
     }
 
     #[inline(always)]
-    fn element_rows<const ROWS: usize, const PAIRED: bool>(p: &CgemmParams, at: BlockCoords) {
-        const UNROLL: u32 = 8;
+    fn element_rows<const ROWS: usize, const UNROLL: usize, const PAIRED: bool>(p: &CgemmParams, at: BlockCoords) {
         let batch = p.batch_base + at.first as u64;
         let col = at.col0 as u64;
         let planar = p.planar != 0;
+        let rows: [u32; ROWS] = core::array::from_fn(|r| p.element_row(at, ROWS as u32, r as u32));
         // op(A)[row, l] at a_row[r] + l · a_l; op(B)[l, col] at b_col + l · b_l. Rows past the
         // matrix read its last one; their outputs are dropped.
         let a_l = if p.op_a == Op::N as u32 { p.lda as u64 } else { 1 };
         let mut a_row = [0u64; ROWS];
         for r in 0..ROWS {
-            let row = at.row0 + r as u32;
+            let row = rows[r];
             let row = (if row < p.m { row } else { p.m - 1 }) as u64;
             a_row[r] = batch * p.stride_a + if p.op_a == Op::N as u32 { row } else { row * p.lda as u64 };
         }
@@ -1316,15 +1336,17 @@ mod kernel {
         let mut acc = [Complex32::ZERO; ROWS];
         let mut l = 0;
         while l < p.k {
-            let mut x = [[Complex32::ZERO; ROWS]; UNROLL as usize];
-            let mut y = [Complex32::ZERO; UNROLL as usize];
-            for u in 0..UNROLL as usize {
+            let mut x = [[Complex32::ZERO; ROWS]; UNROLL];
+            let mut y = [Complex32::ZERO; UNROLL];
+            for u in 0..UNROLL {
                 if l + (u as u32) < p.k {
                     let ll = (l + u as u32) as u64;
                     if PAIRED {
-                        let [re0, im0, re1, im1] = ldg_nc_f32x4(a + 8 * (a_row[0] + ll * a_l));
-                        x[u][0] = Complex32 { re: re0, im: im0 };
-                        x[u][ROWS - 1] = Complex32 { re: re1, im: im1 };
+                        for r in (0..ROWS).step_by(2) {
+                            let [re0, im0, re1, im1] = ldg_nc_f32x4(a + 8 * (a_row[r] + ll * a_l));
+                            x[u][r] = Complex32 { re: re0, im: im0 };
+                            x[u][r + 1] = Complex32 { re: re1, im: im1 };
+                        }
                     } else {
                         for r in 0..ROWS {
                             x[u][r] = load(planar, a, a_im, a_row[r] + ll * a_l);
@@ -1333,18 +1355,18 @@ mod kernel {
                     y[u] = load(planar, b, b_im, b_col + ll * b_l);
                 }
             }
-            for u in 0..UNROLL as usize {
+            for u in 0..UNROLL {
                 y[u].im *= b_sign;
                 for r in 0..ROWS {
                     x[u][r].im *= a_sign;
                     acc[r] = x[u][r].mul_add(y[u], acc[r]);
                 }
             }
-            l += UNROLL;
+            l += UNROLL as u32;
         }
         let (c, c_im) = (to_global(p.c), to_global(p.c_im));
         for r in 0..ROWS {
-            let row = at.row0 + r as u32;
+            let row = rows[r];
             if row >= p.m {
                 break;
             }

@@ -23,6 +23,9 @@
 //!   bytes of a column.
 //!
 //! A block computes a `bm x bn` tile of one matrix with `warp_rows x warp_cols` warps. The
+//! one-chunk tiles ([`MmaTile::one_chunk`], for k up to their chunk) copy all of k into one
+//! stage and multiply into the totals: no ring and no chunk sums, so fewer registers (32 x 32:
+//! 63 instead of 95) and more blocks per SM. The
 //! host's tests run the copy, fragment and output math here against an f64 reference.
 
 use super::{BlockCoords, CgemmParams};
@@ -44,6 +47,10 @@ pub struct MmaTile {
     pub n_tiles: u32,
     /// Complex k per chunk: a multiple of 8 (one m16n8k8 step).
     pub bk: u32,
+    /// The block stages all of k as one chunk (the variant takes only `k ≤ bk`): one stage,
+    /// and the mma sums are the totals, which frees the chunk sums' registers for more blocks
+    /// per SM.
+    pub one_chunk: bool,
 }
 
 impl MmaTile {
@@ -307,6 +314,51 @@ pub(super) mod device {
         }
     }
 
+    /// One staged chunk (at `stage`) multiplied into `sums`: per k-step, each lane's fragments
+    /// loaded, conjugated where the op says so and split, then three `mma` per real product.
+    // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn multiply<const MT: usize, const NT: usize, const AK: bool, const BK: bool>(
+        t: MmaTile,
+        stage: u32,
+        (lane, warp): (u32, u32),
+        (conj_a, conj_b): (u32, u32),
+        (sums_re, sums_im): (&mut [[[f32; 4]; NT]; MT], &mut [[[f32; 4]; NT]; MT]),
+    ) {
+        for ks in 0..t.k_steps() {
+            // Values and residuals of every row tile's A fragment, per part.
+            let (mut x_re, mut x_re_small) = ([[0u32; 4]; MT], [[0u32; 4]; MT]);
+            let (mut x_im, mut x_im_small) = ([[0u32; 4]; MT], [[0u32; 4]; MT]);
+            for i in 0..MT {
+                for e in 0..4 {
+                    let (r, l) = t.a_fragment(lane, warp, i as u32, ks, e as u32);
+                    let [re, im] = ld_shared_f32x2(stage + 8 * t.a_slot(r, l, AK));
+                    (x_re[i][e], x_re_small[i][e]) = split_tf32(re);
+                    (x_im[i][e], x_im_small[i][e]) = split_tf32(f32::from_bits(im.to_bits() ^ conj_a));
+                }
+            }
+            for j in 0..NT {
+                let (mut y_re, mut y_re_small) = ([0u32; 2], [0u32; 2]);
+                let (mut y_im, mut y_im_small) = ([0u32; 2], [0u32; 2]);
+                for e in 0..2 {
+                    let (l, col) = t.b_fragment(lane, warp, j as u32, ks, e as u32);
+                    let [re, im] = ld_shared_f32x2(stage + 8 * t.b_slot(l, col, [AK, BK]));
+                    (y_re[e], y_re_small[e]) = split_tf32(re);
+                    (y_im[e], y_im_small[e]) = split_tf32(f32::from_bits(im.to_bits() ^ conj_b));
+                }
+                // -b.im, for the real part: negation is exact on value and residual alike.
+                let y_neg = [y_im[0] ^ SIGN, y_im[1] ^ SIGN];
+                let y_neg_small = [y_im_small[0] ^ SIGN, y_im_small[1] ^ SIGN];
+                for i in 0..MT {
+                    let (re, im) = ((x_re[i], x_re_small[i]), (x_im[i], x_im_small[i]));
+                    sums_re[i][j] = two_products(re, (y_re, y_re_small), im, (y_neg, y_neg_small), sums_re[i][j]);
+                    sums_im[i][j] = two_products(re, (y_im, y_im_small), im, (y_re, y_re_small), sums_im[i][j]);
+                }
+            }
+        }
+    }
+
     /// One `bm x bn` tile of one matrix per block (module docs); `AK` / `BK`: A / B stored
     /// with k contiguous.
     ///
@@ -320,6 +372,7 @@ pub(super) mod device {
         const MT: usize,
         const NT: usize,
         const KB: usize,
+        const ONE: bool,
         const AK: bool,
         const BK: bool,
     >(
@@ -327,9 +380,9 @@ pub(super) mod device {
     ) {
         // Two bodies, so that each holds only its own copies' places in registers.
         if p.a_pairs != 0 && p.b_pairs != 0 {
-            unsafe { tensor_body::<WR, WC, MT, NT, KB, AK, BK, true>(p) }
+            unsafe { tensor_body::<WR, WC, MT, NT, KB, ONE, AK, BK, true>(p) }
         } else {
-            unsafe { tensor_body::<WR, WC, MT, NT, KB, AK, BK, false>(p) }
+            unsafe { tensor_body::<WR, WC, MT, NT, KB, ONE, AK, BK, false>(p) }
         }
     }
 
@@ -346,6 +399,7 @@ pub(super) mod device {
         const MT: usize,
         const NT: usize,
         const KB: usize,
+        const ONE: bool,
         const AK: bool,
         const BK: bool,
         const PAIRS: bool,
@@ -358,6 +412,7 @@ pub(super) mod device {
             m_tiles: MT as u32,
             n_tiles: NT as u32,
             bk: KB as u32,
+            one_chunk: ONE,
         };
         let item = block_idx_x();
         if item >= p.items {
@@ -404,79 +459,54 @@ pub(super) mod device {
             }
         };
 
-        // STAGES - 1 chunks in flight; one commit per chunk, empty or not, keeps the group
-        // count (and so the wait below) uniform.
-        for stage in 0..STAGES - 1 {
-            if stage < chunks {
-                copy(stage, stage * t.bk);
-            }
-            cp_async_commit();
-        }
-
         let conj = |op: u32| if op == Op::C as u32 { SIGN } else { 0 };
         let (conj_a, conj_b) = (conj(p.op_a), conj(p.op_b));
         let mut acc_re = [[[0.0f32; 4]; NT]; MT];
         let mut acc_im = [[[0.0f32; 4]; NT]; MT];
-        // Stages of chunk q and of chunk q + STAGES - 1 (the one before q's).
-        let (mut current, mut refill) = (0, STAGES - 1);
-        let mut q = 0;
-        while q < chunks {
-            // After the barrier chunk q has landed for every thread, and every warp is done
-            // with chunk q - 1, whose stage chunk q + STAGES - 1 refills.
-            cp_async_wait_group::<{ STAGES - 2 }>();
-            sync_threads();
-            if q + STAGES - 1 < chunks {
-                copy(refill, (q + STAGES - 1) * t.bk);
-            }
+        if ONE {
+            copy(0, 0);
             cp_async_commit();
-            refill = current;
+            cp_async_wait_group::<0>();
+            sync_threads();
+            multiply::<MT, NT, AK, BK>(t, smem, (lane, warp), (conj_a, conj_b), (&mut acc_re, &mut acc_im));
+        } else {
+            // STAGES - 1 chunks in flight; one commit per chunk, empty or not, keeps the group
+            // count (and so the wait below) uniform.
+            for stage in 0..STAGES - 1 {
+                if stage < chunks {
+                    copy(stage, stage * t.bk);
+                }
+                cp_async_commit();
+            }
+            // Stages of chunk q and of chunk q + STAGES - 1 (the one before q's).
+            let (mut current, mut refill) = (0, STAGES - 1);
+            let mut q = 0;
+            while q < chunks {
+                // After the barrier chunk q has landed for every thread, and every warp is done
+                // with chunk q - 1, whose stage chunk q + STAGES - 1 refills.
+                cp_async_wait_group::<{ STAGES - 2 }>();
+                sync_threads();
+                if q + STAGES - 1 < chunks {
+                    copy(refill, (q + STAGES - 1) * t.bk);
+                }
+                cp_async_commit();
+                refill = current;
 
-            let stage = smem + current * stage_bytes;
-            current = if current + 1 == STAGES { 0 } else { current + 1 };
-            let mut part_re = [[[0.0f32; 4]; NT]; MT];
-            let mut part_im = [[[0.0f32; 4]; NT]; MT];
-            for ks in 0..t.k_steps() {
-                // Values and residuals of every row tile's A fragment, per part.
-                let (mut x_re, mut x_re_small) = ([[0u32; 4]; MT], [[0u32; 4]; MT]);
-                let (mut x_im, mut x_im_small) = ([[0u32; 4]; MT], [[0u32; 4]; MT]);
+                let stage = smem + current * stage_bytes;
+                current = if current + 1 == STAGES { 0 } else { current + 1 };
+                let mut part_re = [[[0.0f32; 4]; NT]; MT];
+                let mut part_im = [[[0.0f32; 4]; NT]; MT];
+                multiply::<MT, NT, AK, BK>(t, stage, (lane, warp), (conj_a, conj_b), (&mut part_re, &mut part_im));
                 for i in 0..MT {
-                    for e in 0..4 {
-                        let (r, l) = t.a_fragment(lane, warp, i as u32, ks, e as u32);
-                        let [re, im] = ld_shared_f32x2(stage + 8 * t.a_slot(r, l, AK));
-                        (x_re[i][e], x_re_small[i][e]) = split_tf32(re);
-                        (x_im[i][e], x_im_small[i][e]) = split_tf32(f32::from_bits(im.to_bits() ^ conj_a));
+                    for j in 0..NT {
+                        for e in 0..4 {
+                            acc_re[i][j][e] += part_re[i][j][e];
+                            acc_im[i][j][e] += part_im[i][j][e];
+                        }
                     }
                 }
-                for j in 0..NT {
-                    let (mut y_re, mut y_re_small) = ([0u32; 2], [0u32; 2]);
-                    let (mut y_im, mut y_im_small) = ([0u32; 2], [0u32; 2]);
-                    for e in 0..2 {
-                        let (l, col) = t.b_fragment(lane, warp, j as u32, ks, e as u32);
-                        let [re, im] = ld_shared_f32x2(stage + 8 * t.b_slot(l, col, [AK, BK]));
-                        (y_re[e], y_re_small[e]) = split_tf32(re);
-                        (y_im[e], y_im_small[e]) = split_tf32(f32::from_bits(im.to_bits() ^ conj_b));
-                    }
-                    // -b.im, for the real part: negation is exact on value and residual alike.
-                    let y_neg = [y_im[0] ^ SIGN, y_im[1] ^ SIGN];
-                    let y_neg_small = [y_im_small[0] ^ SIGN, y_im_small[1] ^ SIGN];
-                    for i in 0..MT {
-                        let (re, im) = ((x_re[i], x_re_small[i]), (x_im[i], x_im_small[i]));
-                        let acc = part_re[i][j];
-                        part_re[i][j] = two_products(re, (y_re, y_re_small), im, (y_neg, y_neg_small), acc);
-                        let acc = part_im[i][j];
-                        part_im[i][j] = two_products(re, (y_im, y_im_small), im, (y_re, y_re_small), acc);
-                    }
-                }
+                q += 1;
             }
-            for i in 0..MT {
-                for j in 0..NT {
-                    for e in 0..4 {
-                        acc_re[i][j][e] += part_re[i][j][e];
-                        acc_im[i][j][e] += part_im[i][j][e];
-                    }
-                }
-            }
-            q += 1;
         }
 
         let c_matrix = c + 8 * (p.batch_base + at.first as u64) * p.stride_c;
