@@ -283,6 +283,9 @@ pub(super) mod device {
 
     const SIGN: u32 = 0x8000_0000;
 
+    /// One part's m16n8 accumulators of a warp: `[row tile][column tile][register]`.
+    type Sums<const MT: usize, const NT: usize> = [[[f32; 4]; NT]; MT];
+
     /// `acc + x1·y1 + x2·y2` over fragments given as (value, residual), three `mma` per
     /// product: the small cross terms first, while the sum is still small.
     #[inline(always)]
@@ -324,7 +327,7 @@ pub(super) mod device {
         stage: u32,
         (lane, warp): (u32, u32),
         (conj_a, conj_b): (u32, u32),
-        (sums_re, sums_im): (&mut [[[f32; 4]; NT]; MT], &mut [[[f32; 4]; NT]; MT]),
+        (sums_re, sums_im): (&mut Sums<MT, NT>, &mut Sums<MT, NT>),
     ) {
         for ks in 0..t.k_steps() {
             // Values and residuals of every row tile's A fragment, per part.
