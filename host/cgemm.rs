@@ -214,6 +214,7 @@ fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
 /// The variant the heuristic gives `g` (interleaved storage unless `planar`), from the
 /// measured bests of `bench cgemm --variant all` (and `--variant tensor`) on the H200
 /// (benches/NOTES.md):
+/// - `Pointwise` for 1 x 1 matrices;
 /// - where C has one or two columns and at least 16 rows (matrix times vector): `Dot` where
 ///   A is stored with k contiguous (op T or C), else `Element`, for interleaved storage four
 ///   rows per thread where 128 divides the rows (dealt out over the warp) and the launch
@@ -228,11 +229,14 @@ fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
 ///   columns from 32, else 1;
 /// - else `Tiled`, 4 rows (columns) per thread from 24 on, 2 from 12, else 1.
 ///
-/// Planar storage takes `Dot`, `Element` or `Tiled`.
+/// Planar storage takes `Pointwise`, `Dot`, `Element` or `Tiled`.
 pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
     let cm = g.column_major();
     let kc = k_contiguous(&cm);
     let (m, n) = (cm.m, cm.n);
+    if m == 1 && n == 1 && cm.k == 1 {
+        return cgemm_tile(Family::Pointwise, 1, 1, kc).expect("CGEMM_TILES has the Pointwise kernel");
+    }
     if n <= 2 && m >= 16 {
         if cm.op_a != Op::N {
             return cgemm_tile(Family::Dot, 1, 1, kc).expect("CGEMM_TILES has the Dot kernel");
@@ -325,6 +329,7 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
         Family::Tiled => Some(CgemmShape::new(*tile, m, n, k, batch)),
         Family::Large => (tile.k_contiguous == Some(k_contiguous(&cm))).then(|| CgemmShape::large(*tile)),
         Family::Element | Family::Dot => Some(CgemmShape::element(*tile)),
+        Family::Pointwise => (m == 1 && n == 1 && k == 1).then(|| CgemmShape::pointwise(*tile)),
         Family::Tensor => tile
             .mma
             .filter(|mma| tile.k_contiguous == Some(k_contiguous(&cm)) && (!mma.one_chunk || k <= mma.bk))
@@ -452,7 +457,7 @@ pub fn cgemm_planar_with_tile<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
     beta: Complex32,
     c: PlanarMut<'_, Q>,
 ) -> Result<()> {
-    if !matches!(tile.family, Family::Tiled | Family::Element | Family::Dot) {
+    if !tile.takes_planar() {
         return Err(Error::invalid("tile", format!("{} takes interleaved storage only", tile.name)));
     }
     // Each part must hold the elements; the shorter of a pair decides.
@@ -486,7 +491,7 @@ fn alignment(tile: &CgemmTile, buffer: &str) -> u64 {
     match tile.family {
         Family::Whole if buffer != "c" => 16,
         Family::Tensor => 8,
-        Family::Whole | Family::Tiled | Family::Large | Family::Element | Family::Dot => 1,
+        Family::Whole | Family::Tiled | Family::Large | Family::Element | Family::Dot | Family::Pointwise => 1,
     }
 }
 
@@ -619,7 +624,7 @@ fn launch(
     // Whole blocks walk their items grid-stride: as many as the SMs hold at once.
     let resident = match tile.family {
         Family::Whole => gpu.resident_blocks(tile.name, CGEMM_THREADS, shape.smem_bytes())?.max(1) * gpu.sm_count(),
-        Family::Tiled | Family::Large | Family::Element | Family::Dot | Family::Tensor => u32::MAX,
+        Family::Tiled | Family::Large | Family::Element | Family::Dot | Family::Pointwise | Family::Tensor => u32::MAX,
     };
     for (first, count, items) in launches(g, &shape) {
         let mut p = params(g, &shape, alpha, beta, first, count);
@@ -630,7 +635,7 @@ fn launch(
         // An Element block covers 256 items (outputs), a Dot block one per warp; the others
         // one at a time.
         let blocks = match tile.family {
-            Family::Element => items.div_ceil(CGEMM_THREADS),
+            Family::Element | Family::Pointwise => items.div_ceil(CGEMM_THREADS),
             Family::Dot => items.div_ceil(CGEMM_THREADS / DOT_LANES),
             _ => items.min(resident),
         };

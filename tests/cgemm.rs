@@ -39,6 +39,7 @@ fn emulate(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32],
         Family::Large => return emulate_large(case, tile, a, b, c),
         Family::Element => return emulate_element(case, tile, a, b, c),
         Family::Dot => return emulate_dot(case, tile, a, b, c),
+        Family::Pointwise => return emulate_pointwise(case, tile, a, b, c),
         Family::Tensor => return emulate_tensor(case, tile, a, b, c),
         Family::Tiled => {}
     }
@@ -287,6 +288,19 @@ fn emulate_large(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Compl
     assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");
 }
 
+/// What an emulation starts from: the problem, its column-major form, A and B as the
+/// column-major problem sees them (swapped for row-major) and the variant's shape.
+fn column_major<'a>(
+    case: &'a CgemmCase,
+    tile: &CgemmTile,
+    a: &'a [Complex32],
+    b: &'a [Complex32],
+) -> (&'a BatchedGemm, BatchedGemm, &'a [Complex32], &'a [Complex32], CgemmShape) {
+    let g = &case.g;
+    let (a, b) = if g.layout == Layout::RowMajor { (b, a) } else { (a, b) };
+    (g, g.column_major(), a, b, cgemm::shape(g, tile).unwrap())
+}
+
 /// The `Element` kernels on the CPU: each work item `tm` outputs of one column at the
 /// coordinates the kernel unpacks, their rows (the last row for those past the matrix) and
 /// column read through the ops in steps of k; where the kernel reads two rows as one 16-byte
@@ -345,14 +359,42 @@ fn emulate_element(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Com
     assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");
 }
 
+/// The `Pointwise` kernel on the CPU: each work item two batches' products (one past the
+/// launch's batches dropped), read as 16-byte pairs where the launch is packed and aligned
+/// (asserting the pair's alignment, with buffers placed at address 0), else through the
+/// strides.
+fn emulate_pointwise(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
+    let (g, cm, a, b, shape) = column_major(case, tile, a, b);
+    let mut written = vec![0u8; c.len()];
+    let input = c.to_vec();
+    let op = |v: Complex32, op: Op| if op == Op::C { v.conj() } else { v };
+    for (first, count, items) in cgemm::launches(g, &shape) {
+        let mut p = cgemm::params(g, &shape, case.alpha, case.beta, first, count);
+        p.planar = case.planar as u32;
+        assert_eq!(items as u64, count.div_ceil(2));
+        for item in 0..items as u64 {
+            let both = 2 * item + 1 < count;
+            if both && p.pointwise_packed() {
+                assert!((first + 2 * item).is_multiple_of(2), "{case}: a 16-byte pair off its alignment");
+            }
+            for h in 0..1 + both as u64 {
+                let batch = (first + 2 * item + h) as usize;
+                let x = op(a[batch * cm.stride_a], cm.op_a);
+                let y = op(b[batch * cm.stride_b], cm.op_b);
+                let o = batch * cm.stride_c;
+                written[o] += 1;
+                c[o] = p.epilogue(x * y, || input[o]);
+            }
+        }
+    }
+    assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");
+}
+
 /// The `Dot` kernel on the CPU: each work item one output, summed as its warp does (each
 /// lane's k-steps in order, pairs of them where both operands are contiguous and aligned
 /// along k, then the shuffle tree); asserts every 16-byte pair aligned and inside its buffer.
 fn emulate_dot(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
-    let g = &case.g;
-    let cm = g.column_major();
-    let (a, b) = if g.layout == Layout::RowMajor { (b, a) } else { (a, b) };
-    let shape = cgemm::shape(g, tile).unwrap();
+    let (g, cm, a, b, shape) = column_major(case, tile, a, b);
     let mut written = vec![0u8; c.len()];
     let input = c.to_vec();
     for (first, count, items) in cgemm::launches(g, &shape) {
@@ -620,6 +662,7 @@ fn the_kernels_arithmetic_matches_the_reference_on_random_problems() {
         "m=256,n=1,k=20,batch=3",
         "m=24,n=24,k=24,batch=5,op=cn",
         "m=16,n=40,k=12,batch=4,op=nc",
+        "m=1,n=1,k=1,batch=9,op=cn",
     ] {
         check_every_tile(&spec.parse().unwrap(), 7);
     }
@@ -780,9 +823,7 @@ fn the_heuristic_always_picks_a_variant_that_computes_the_problem() {
                             for planar in [false, true] {
                                 let tile = cgemm::choose_tile(&g, planar);
                                 assert!(cgemm::shape(&g, tile).is_some(), "{} for {g:?}", tile.name);
-                                assert!(
-                                    !planar || matches!(tile.family, Family::Tiled | Family::Element | Family::Dot)
-                                );
+                                assert!(!planar || tile.takes_planar());
                             }
                         }
                     }

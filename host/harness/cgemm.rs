@@ -10,7 +10,7 @@ use super::{
 use crate::timing::{GpuQueue, Schedule, time_interleaved};
 use crate::{
     Error, Gpu, Result,
-    cgemm::{self, BatchedGemm, CGEMM_TILES, CgemmTile, Complex32, Family, Layout, Op, Planar, PlanarMut},
+    cgemm::{self, BatchedGemm, CGEMM_TILES, CgemmTile, Complex32, Layout, Op, Planar, PlanarMut},
     error::Context,
 };
 use cudarc::driver::{CudaSlice, CudaStream};
@@ -329,14 +329,11 @@ impl CgemmCheck {
     }
 }
 
-/// The variants that compute `case`: every `Tiled`, `Element` and `Dot` one (planar storage
-/// too), and with interleaved storage the `Whole` ones that hold its matrices and the `Large`
-/// and `Tensor` ones for its stored layouts.
+/// The variants that compute `case`: every `Tiled`, `Element` and `Dot` one and, for 1 x 1
+/// matrices, `Pointwise` (planar storage too), and with interleaved storage the `Whole` ones
+/// that hold its matrices and the `Large` and `Tensor` ones for its stored layouts.
 pub fn variants(case: &CgemmCase) -> impl Iterator<Item = &'static CgemmTile> + '_ {
-    CGEMM_TILES.iter().filter(|t| {
-        matches!(t.family, Family::Tiled | Family::Element | Family::Dot)
-            || !case.planar && cgemm::shape(&case.g, t).is_some()
-    })
+    CGEMM_TILES.iter().filter(|t| (t.takes_planar() || !case.planar) && cgemm::shape(&case.g, t).is_some())
 }
 
 /// Checks one case with every variant that computes it: random A, B and C (NaN where β = 0, which must

@@ -93,11 +93,18 @@ pub enum Family {
     /// matrix-vector shapes whose A is stored with k contiguous (op T or C), where one
     /// thread per output would read a line per lane.
     Dot,
+    /// 1 x 1 matrices (m = n = k = 1, a batch of complex products `α·a·b + β·c`): two
+    /// batches per thread, read and written as 16 bytes per operand where the three operands
+    /// are packed (batch strides 1) and 16-byte aligned; any storage.
+    Pointwise,
     /// A `bm x bn` tile of one matrix per block on the tensor cores, 3xTF32 (an error within
     /// `5 · 2^-22` of each product's magnitude beyond f32 summation's), interleaved storage
     /// (8-byte aligned), any ops; compiled per stored layout of A and B: [`tensor`].
     Tensor,
 }
+
+/// Batches (1 x 1 products) per `Pointwise` thread: one 16-byte load of each operand.
+pub const POINTWISE_BATCHES: u32 = 2;
 
 /// Threads (a warp's lanes) per `Dot` output.
 pub const DOT_LANES: u32 = 32;
@@ -122,6 +129,11 @@ pub struct CgemmTile {
 }
 
 impl CgemmTile {
+    /// Whether the variant takes planar storage (split re/im) as well as interleaved.
+    pub const fn takes_planar(&self) -> bool {
+        matches!(self.family, Family::Tiled | Family::Element | Family::Dot | Family::Pointwise)
+    }
+
     /// Threads per block.
     pub const fn threads(&self) -> u32 {
         match self.mma {
@@ -213,6 +225,7 @@ cgemm_tiles!(
         (cgemm_element_t2x1, Element, 2, 1, element::<2, 8>),
         (cgemm_element_t4x1, Element, 4, 1, element::<4, 4>),
         (cgemm_dot, Dot, 1, 1, dot),
+        (cgemm_pointwise, Pointwise, 1, 1, pointwise),
     ],
     // Register tile (rows x columns per thread).
     large: [
@@ -460,6 +473,11 @@ impl CgemmShape {
         }
     }
 
+    /// The shape of the `Pointwise` variant: a work item is two batches' 1 x 1 products.
+    pub const fn pointwise(tile: CgemmTile) -> CgemmShape {
+        CgemmShape { per_block: POINTWISE_BATCHES, ..CgemmShape::element(tile) }
+    }
+
     /// The shape of a `Tensor` variant for k of `k`: one `bm x bn` tile of one matrix per item.
     pub const fn tensor(tile: CgemmTile, mma: MmaTile, k: u32) -> CgemmShape {
         let chunks = k.div_ceil(mma.bk);
@@ -517,7 +535,7 @@ impl CgemmShape {
             Family::Whole => return 8 * WHOLE_STAGES * WHOLE_STAGE,
             // Two stages of both chunks.
             Family::Large => return self.stages * 8 * LARGE_BK * (self.a_pitch() + self.b_pitch()),
-            Family::Element | Family::Dot => return 0,
+            Family::Element | Family::Dot | Family::Pointwise => return 0,
             // Every Tensor tile has its MmaTile (CGEMM_TILES is constant, and tested).
             Family::Tensor => {
                 return match (self.tile.mma, self.tile.k_contiguous) {
@@ -661,6 +679,21 @@ impl CgemmParams {
         let (group, tile) = self.tiles.div_rem(item);
         let (col_tile, row_tile) = self.row_tiles.div_rem(tile);
         BlockCoords { first: group * self.per_block, row0: row_tile * self.bm, col0: col_tile * self.bn }
+    }
+
+    /// Whether a `Pointwise` launch reads and writes its pairs of batches as 16 bytes: the
+    /// operands interleaved, packed (batch strides 1) and the launch's first pair 16-byte
+    /// aligned in each.
+    #[inline(always)]
+    pub fn pointwise_packed(&self) -> bool {
+        let aligned = |address: u64| (address + 8 * self.batch_base).is_multiple_of(16);
+        self.planar == 0
+            && self.stride_a == 1
+            && self.stride_b == 1
+            && self.stride_c == 1
+            && aligned(self.a)
+            && aligned(self.b)
+            && aligned(self.c)
     }
 
     /// Row `r` of the `rows` an `Element` item computes: `row0 + r`, or, where every warp's
@@ -825,8 +858,8 @@ impl CgemmParams {
 #[allow(clippy::needless_range_loop)]
 mod kernel {
     use super::{
-        BlockCoords, CGEMM_THREADS, CgemmParams, Complex32, DOT_LANES, LARGE_BK, Op, STAGE_SLOTS, ThreadCoords,
-        VerbatimCopy, WHOLE_PAIRS, WHOLE_STAGE, WHOLE_STAGES,
+        BlockCoords, CGEMM_THREADS, CgemmParams, Complex32, DOT_LANES, LARGE_BK, Op, POINTWISE_BATCHES, STAGE_SLOTS,
+        ThreadCoords, VerbatimCopy, WHOLE_PAIRS, WHOLE_STAGE, WHOLE_STAGES,
     };
     use crate::prelude::*;
 
@@ -1372,6 +1405,49 @@ mod kernel {
             }
             let at_c = batch * p.stride_c + row as u64 + col * p.ldc as u64;
             store_output(p, planar, (c, c_im), at_c, acc[r]);
+        }
+    }
+
+    /// Two batches of 1 x 1 products per thread (work item): `α·op(a)·op(b) + β·c` for
+    /// batches `2·item` and `2·item + 1` of the launch, as one 16-byte load of each operand
+    /// and one store where the operands are packed (batch strides 1), interleaved and their
+    /// pairs 16-byte aligned, else element by element through the strides.
+    pub unsafe fn pointwise(p: &CgemmParams) {
+        let item = block_idx_x() * CGEMM_THREADS + thread_idx_x();
+        if item >= p.items {
+            return;
+        }
+        let first = p.batch_base + (POINTWISE_BATCHES * item) as u64;
+        let sign = |op: u32| if op == Op::C as u32 { -1.0 } else { 1.0 };
+        let (a_sign, b_sign) = (sign(p.op_a), sign(p.op_b));
+        let (a, a_im, b, b_im) = (to_global(p.a), to_global(p.a_im), to_global(p.b), to_global(p.b_im));
+        let c = (to_global(p.c), to_global(p.c_im));
+        let both = POINTWISE_BATCHES * item + 1 < p.batches;
+        let product = |x: Complex32, y: Complex32| {
+            Complex32 { re: x.re, im: a_sign * x.im } * Complex32 { re: y.re, im: b_sign * y.im }
+        };
+        if both && p.pointwise_packed() {
+            let [ar0, ai0, ar1, ai1] = ldg_nc_f32x4(a + 8 * first);
+            let [br0, bi0, br1, bi1] = ldg_nc_f32x4(b + 8 * first);
+            let at_c = c.0 + 8 * first;
+            let v0 = p.epilogue(product(Complex32 { re: ar0, im: ai0 }, Complex32 { re: br0, im: bi0 }), || {
+                let [re, im] = ld_global_f32x2(at_c);
+                Complex32 { re, im }
+            });
+            let v1 = p.epilogue(product(Complex32 { re: ar1, im: ai1 }, Complex32 { re: br1, im: bi1 }), || {
+                let [re, im] = ld_global_f32x2(at_c + 8);
+                Complex32 { re, im }
+            });
+            stg_f32x4(at_c, [v0.re, v0.im, v1.re, v1.im]);
+        } else {
+            let planar = p.planar != 0;
+            for h in 0..1 + both as u64 {
+                let batch = first + h;
+                let x = load(planar, a, a_im, batch * p.stride_a);
+                let y = load(planar, b, b_im, batch * p.stride_b);
+                let acc = product(x, y);
+                store_output(p, planar, c, batch * p.stride_c, acc);
+            }
         }
     }
 
