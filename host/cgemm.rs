@@ -215,6 +215,7 @@ fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
 /// measured bests of `bench cgemm --variant all` (and `--variant tensor`) on the H200
 /// (benches/NOTES.md):
 /// - `Pointwise` for 1 x 1 matrices;
+/// - `Register` for packed interleaved 2 x 2, 3 x 3 and 4 x 4 products (m = n = k);
 /// - where C has one or two columns and at least 16 rows (matrix times vector): `Dot` where
 ///   A is stored with k contiguous (op T or C), else `Element`, for interleaved storage four
 ///   rows per thread where 128 divides the rows (dealt out over the warp) and the launch
@@ -229,7 +230,8 @@ fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
 ///   columns from 32, else 1;
 /// - else `Tiled`, 4 rows (columns) per thread from 24 on, 2 from 12, else 1.
 ///
-/// Planar storage takes `Pointwise`, `Dot`, `Element` or `Tiled`.
+/// Planar storage takes `Pointwise`, `Dot`, `Element` or `Tiled`; so does interleaved storage
+/// whose buffers lack the alignment of the variant chosen for it.
 pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
     let cm = g.column_major();
     let kc = k_contiguous(&cm);
@@ -254,6 +256,11 @@ pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
         return cgemm_tile(Family::Element, rows, 1, kc).expect("CGEMM_TILES has Element 1, 2 and 4 x 1");
     }
     if !planar {
+        if let Some(tile) = cgemm_tile(Family::Register, m as u32, n as u32, kc)
+            && shape(g, tile).is_some()
+        {
+            return tile;
+        }
         if cm.k >= 8 && (m >= 16 && n >= 16 || m >= 24 && n >= 8 || m >= 8 && n >= 64) {
             return tensor_tile(m, n, cm.k, kc);
         }
@@ -330,6 +337,11 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
         Family::Large => (tile.k_contiguous == Some(k_contiguous(&cm))).then(|| CgemmShape::large(*tile)),
         Family::Element | Family::Dot => Some(CgemmShape::element(*tile)),
         Family::Pointwise => (m == 1 && n == 1 && k == 1).then(|| CgemmShape::pointwise(*tile)),
+        Family::Register => {
+            let (s, size) = (tile.tm as usize, (tile.tm * tile.tm) as usize);
+            let packed = [cm.lda, cm.ldb, cm.ldc] == [s; 3] && [cm.stride_a, cm.stride_b, cm.stride_c] == [size; 3];
+            ([m, n, k] == [tile.tm; 3] && packed).then(|| CgemmShape::register(*tile))
+        }
         Family::Tensor => tile
             .mma
             .filter(|mma| tile.k_contiguous == Some(k_contiguous(&cm)) && (!mma.one_chunk || k <= mma.bk))
@@ -491,6 +503,13 @@ fn alignment(tile: &CgemmTile, buffer: &str) -> u64 {
     match tile.family {
         Family::Whole if buffer != "c" => 16,
         Family::Tensor => 8,
+        Family::Register => {
+            if tile.tm.is_multiple_of(2) {
+                16
+            } else {
+                8
+            }
+        }
         Family::Whole | Family::Tiled | Family::Large | Family::Element | Family::Dot | Family::Pointwise => 1,
     }
 }
@@ -624,7 +643,7 @@ fn launch(
     // Whole blocks walk their items grid-stride: as many as the SMs hold at once.
     let resident = match tile.family {
         Family::Whole => gpu.resident_blocks(tile.name, CGEMM_THREADS, shape.smem_bytes())?.max(1) * gpu.sm_count(),
-        Family::Tiled | Family::Large | Family::Element | Family::Dot | Family::Pointwise | Family::Tensor => u32::MAX,
+        _ => u32::MAX,
     };
     for (first, count, items) in launches(g, &shape) {
         let mut p = params(g, &shape, alpha, beta, first, count);
@@ -635,7 +654,7 @@ fn launch(
         // An Element block covers 256 items (outputs), a Dot block one per warp; the others
         // one at a time.
         let blocks = match tile.family {
-            Family::Element | Family::Pointwise => items.div_ceil(CGEMM_THREADS),
+            Family::Element | Family::Pointwise | Family::Register => items.div_ceil(CGEMM_THREADS),
             Family::Dot => items.div_ceil(CGEMM_THREADS / DOT_LANES),
             _ => items.min(resident),
         };

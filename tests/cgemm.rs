@@ -40,6 +40,7 @@ fn emulate(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32],
         Family::Element => return emulate_element(case, tile, a, b, c),
         Family::Dot => return emulate_dot(case, tile, a, b, c),
         Family::Pointwise => return emulate_pointwise(case, tile, a, b, c),
+        Family::Register => return emulate_register(case, tile, a, b, c),
         Family::Tensor => return emulate_tensor(case, tile, a, b, c),
         Family::Tiled => {}
     }
@@ -390,6 +391,50 @@ fn emulate_pointwise(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[C
     assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");
 }
 
+/// The `Register` kernels on the CPU: each work item one packed matrix, read whole at the
+/// item's offset (16-byte pairs of rows where the size is even: asserted aligned, with buffers
+/// placed at address 0) and its outputs written in place.
+fn emulate_register(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
+    let (_, cm, a, b, shape) = column_major(case, tile, a, b);
+    let s = tile.tm as usize;
+    assert_eq!((cm.m, cm.n, cm.k, cm.lda, cm.ldb, cm.ldc), (s, s, s, s, s, s));
+    let mut written = vec![0u8; c.len()];
+    let input = c.to_vec();
+    let op = |v: &[Complex32], at: usize, op: Op| if op == Op::C { v[at].conj() } else { v[at] };
+    for (first, count, items) in cgemm::launches(&case.g, &shape) {
+        let p = cgemm::params(&case.g, &shape, case.alpha, case.beta, first, count);
+        assert_eq!(items as u64, count, "{case}: a work item per matrix");
+        for item in 0..items as u64 {
+            let at = ((p.batch_base + item) as usize) * s * s;
+            if s.is_multiple_of(2) {
+                assert!(at.is_multiple_of(2), "{case}: a 16-byte pair off its alignment");
+            }
+            for j in 0..s {
+                for i in 0..s {
+                    let mut acc = Complex32::ZERO;
+                    for l in 0..s {
+                        let x = if cm.op_a == Op::N {
+                            op(a, at + i + l * s, cm.op_a)
+                        } else {
+                            op(a, at + l + i * s, cm.op_a)
+                        };
+                        let y = if cm.op_b == Op::N {
+                            op(b, at + l + j * s, cm.op_b)
+                        } else {
+                            op(b, at + j + l * s, cm.op_b)
+                        };
+                        acc = x.mul_add(y, acc);
+                    }
+                    let o = at + i + j * s;
+                    written[o] += 1;
+                    c[o] = p.epilogue(acc, || input[o]);
+                }
+            }
+        }
+    }
+    assert!(written.iter().all(|&w| w <= 1), "{case}: an output written twice");
+}
+
 /// The `Dot` kernel on the CPU: each work item one output, summed as its warp does (each
 /// lane's k-steps in order, pairs of them where both operands are contiguous and aligned
 /// along k, then the shuffle tree); asserts every 16-byte pair aligned and inside its buffer.
@@ -663,6 +708,9 @@ fn the_kernels_arithmetic_matches_the_reference_on_random_problems() {
         "m=24,n=24,k=24,batch=5,op=cn",
         "m=16,n=40,k=12,batch=4,op=nc",
         "m=1,n=1,k=1,batch=9,op=cn",
+        "m=2,batch=7,op=tc,layout=row",
+        "m=3,batch=5,op=cn",
+        "m=4,batch=6,op=nt",
     ] {
         check_every_tile(&spec.parse().unwrap(), 7);
     }
@@ -770,8 +818,10 @@ fn shapes_fit_shared_memory_and_cover_their_tiles() {
         }
     }
     let g = BatchedGemm::packed(4, 4, 4, 1000, Op::N, Op::N, Layout::ColMajor);
-    let tile = cgemm::choose_tile(&g, false);
-    assert_eq!(tile.family, Family::Whole);
+    assert_eq!(cgemm::choose_tile(&g, false).name, "cgemm_register_4x4", "packed 4 x 4 matrices in registers");
+    let padded = BatchedGemm { ldc: 5, stride_c: 20, ..g };
+    let tile = cgemm::choose_tile(&padded, false);
+    assert_eq!(tile.family, Family::Whole, "padded C: whole matrices through shared memory");
     let small = cgemm::shape(&g, tile).unwrap();
     assert_eq!((small.bm, small.bn, small.bk), (4, 4, 4));
     assert!(small.per_block >= 32, "{small:?}: many whole 4 x 4 matrices per block");

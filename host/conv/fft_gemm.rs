@@ -150,7 +150,7 @@ pub fn gemm_rate(g: &BatchedGemm) -> f64 {
         // bench); the model keeps Large's rate until it is refitted to FFT convolutions.
         Family::Large | Family::Tensor => 25e12,
         Family::Whole => 10e12,
-        Family::Tiled | Family::Element | Family::Dot | Family::Pointwise => 3e12,
+        Family::Tiled | Family::Element | Family::Dot | Family::Pointwise | Family::Register => 3e12,
     }
 }
 

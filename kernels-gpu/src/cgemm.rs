@@ -97,6 +97,10 @@ pub enum Family {
     /// batches per thread, read and written as 16 bytes per operand where the three operands
     /// are packed (batch strides 1) and 16-byte aligned; any storage.
     Pointwise,
+    /// Packed `TM x TM` matrices (m = n = k = `TM`, leading dimensions `TM`, batch strides
+    /// `TM²`), interleaved: a thread per matrix, both operands and the outputs in registers,
+    /// read and written as 16 bytes where `TM` is even, 8 where it is odd.
+    Register,
     /// A `bm x bn` tile of one matrix per block on the tensor cores, 3xTF32 (an error within
     /// `5 · 2^-22` of each product's magnitude beyond f32 summation's), interleaved storage
     /// (8-byte aligned), any ops; compiled per stored layout of A and B: [`tensor`].
@@ -226,6 +230,9 @@ cgemm_tiles!(
         (cgemm_element_t4x1, Element, 4, 1, element::<4, 4>),
         (cgemm_dot, Dot, 1, 1, dot),
         (cgemm_pointwise, Pointwise, 1, 1, pointwise),
+        (cgemm_register_2x2, Register, 2, 2, register::<2>),
+        (cgemm_register_3x3, Register, 3, 3, register::<3>),
+        (cgemm_register_4x4, Register, 4, 4, register::<4>),
     ],
     // Register tile (rows x columns per thread).
     large: [
@@ -478,6 +485,11 @@ impl CgemmShape {
         CgemmShape { per_block: POINTWISE_BATCHES, ..CgemmShape::element(tile) }
     }
 
+    /// The shape of a `Register` variant: a work item is one whole matrix.
+    pub const fn register(tile: CgemmTile) -> CgemmShape {
+        CgemmShape { bm: tile.tm, bn: tile.tn, ..CgemmShape::element(tile) }
+    }
+
     /// The shape of a `Tensor` variant for k of `k`: one `bm x bn` tile of one matrix per item.
     pub const fn tensor(tile: CgemmTile, mma: MmaTile, k: u32) -> CgemmShape {
         let chunks = k.div_ceil(mma.bk);
@@ -535,7 +547,7 @@ impl CgemmShape {
             Family::Whole => return 8 * WHOLE_STAGES * WHOLE_STAGE,
             // Two stages of both chunks.
             Family::Large => return self.stages * 8 * LARGE_BK * (self.a_pitch() + self.b_pitch()),
-            Family::Element | Family::Dot | Family::Pointwise => return 0,
+            Family::Element | Family::Dot | Family::Pointwise | Family::Register => return 0,
             // Every Tensor tile has its MmaTile (CGEMM_TILES is constant, and tested).
             Family::Tensor => {
                 return match (self.tile.mma, self.tile.k_contiguous) {
@@ -1449,6 +1461,79 @@ mod kernel {
                 store_output(p, planar, c, batch * p.stride_c, acc);
             }
         }
+    }
+
+    /// One packed `S x S` matrix per thread (work item): A and B loaded whole into registers
+    /// (16-byte loads of row pairs where `S` is even), read through the ops, and C's outputs
+    /// stored the same way.
+    pub unsafe fn register<const S: usize>(p: &CgemmParams) {
+        let item = block_idx_x() * CGEMM_THREADS + thread_idx_x();
+        if item >= p.items {
+            return;
+        }
+        let at = 8 * (p.batch_base + item as u64) * (S * S) as u64;
+        let (x, y) = (load_square::<S>(to_global(p.a) + at), load_square::<S>(to_global(p.b) + at));
+        let sign = |op: u32| if op == Op::C as u32 { -1.0 } else { 1.0 };
+        // op(A)[i][l] and op(B)[l][j] from the stored columns x[col][row], y[col][row].
+        let (a_t, b_t) = (p.op_a != Op::N as u32, p.op_b != Op::N as u32);
+        let (a_sign, b_sign) = (sign(p.op_a), sign(p.op_b));
+        let (mut op_a, mut op_b) = ([[Complex32::ZERO; S]; S], [[Complex32::ZERO; S]; S]);
+        for u in 0..S {
+            for v in 0..S {
+                let a = if a_t { x[u][v] } else { x[v][u] };
+                op_a[u][v] = Complex32 { re: a.re, im: a_sign * a.im };
+                let b = if b_t { y[u][v] } else { y[v][u] };
+                op_b[u][v] = Complex32 { re: b.re, im: b_sign * b.im };
+            }
+        }
+        let c = to_global(p.c) + at;
+        for j in 0..S {
+            let mut column = [Complex32::ZERO; S];
+            for (i, out) in column.iter_mut().enumerate() {
+                let mut acc = Complex32::ZERO;
+                for l in 0..S {
+                    acc = op_a[i][l].mul_add(op_b[l][j], acc);
+                }
+                let at_c = c + 8 * (i + j * S) as u64;
+                *out = p.epilogue(acc, || {
+                    let [re, im] = ld_global_f32x2(at_c);
+                    Complex32 { re, im }
+                });
+            }
+            let at_c = c + 8 * (j * S) as u64;
+            if S.is_multiple_of(2) {
+                for i in (0..S).step_by(2) {
+                    stg_f32x4(at_c + 8 * i as u64, [column[i].re, column[i].im, column[i + 1].re, column[i + 1].im]);
+                }
+            } else {
+                for (i, v) in column.iter().enumerate() {
+                    stg_f32x2(at_c + 8 * i as u64, [v.re, v.im]);
+                }
+            }
+        }
+    }
+
+    /// A packed `S x S` column-major matrix at `base` as its columns, `[col][row]`: 16-byte
+    /// loads of row pairs where `S` is even (the launcher checks the alignment), else 8-byte.
+    #[inline(always)]
+    fn load_square<const S: usize>(base: u64) -> [[Complex32; S]; S] {
+        let mut m = [[Complex32::ZERO; S]; S];
+        for (col, column) in m.iter_mut().enumerate() {
+            let at = base + 8 * (col * S) as u64;
+            if S.is_multiple_of(2) {
+                for r in (0..S).step_by(2) {
+                    let [re0, im0, re1, im1] = ldg_nc_f32x4(at + 8 * r as u64);
+                    column[r] = Complex32 { re: re0, im: im0 };
+                    column[r + 1] = Complex32 { re: re1, im: im1 };
+                }
+            } else {
+                for (r, v) in column.iter_mut().enumerate() {
+                    let [re, im] = ldg_nc_f32x2(at + 8 * r as u64);
+                    *v = Complex32 { re, im };
+                }
+            }
+        }
+        m
     }
 
     /// One output per warp (work item = output): the lanes stride along k, two k-steps per
