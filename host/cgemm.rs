@@ -215,7 +215,7 @@ fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
 /// measured bests of `bench cgemm --variant all` (and `--variant tensor`) on the H200
 /// (benches/NOTES.md):
 /// - `Pointwise` for 1 x 1 matrices;
-/// - `Register` for packed interleaved 2 x 2, 3 x 3 and 4 x 4 products (m = n = k);
+/// - `Register` for packed interleaved 2 x 2 products;
 /// - where C has one or two columns and at least 16 rows (matrix times vector): `Dot` where
 ///   A is stored with k contiguous (op T or C), else `Element`, for interleaved storage four
 ///   rows per thread where 128 divides the rows (dealt out over the warp) and the launch
@@ -503,13 +503,7 @@ fn alignment(tile: &CgemmTile, buffer: &str) -> u64 {
     match tile.family {
         Family::Whole if buffer != "c" => 16,
         Family::Tensor => 8,
-        Family::Register => {
-            if tile.tm.is_multiple_of(2) {
-                16
-            } else {
-                8
-            }
-        }
+        Family::Register => 16,
         Family::Whole | Family::Tiled | Family::Large | Family::Element | Family::Dot | Family::Pointwise => 1,
     }
 }

@@ -392,8 +392,8 @@ fn emulate_pointwise(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[C
 }
 
 /// The `Register` kernels on the CPU: each work item one packed matrix, read whole at the
-/// item's offset (16-byte pairs of rows where the size is even: asserted aligned, with buffers
-/// placed at address 0) and its outputs written in place.
+/// item's offset (16-byte pairs of rows: asserted aligned, with buffers placed at address 0)
+/// and its outputs written in place.
 fn emulate_register(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
     let (_, cm, a, b, shape) = column_major(case, tile, a, b);
     let s = tile.tm as usize;
@@ -406,9 +406,7 @@ fn emulate_register(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Co
         assert_eq!(items as u64, count, "{case}: a work item per matrix");
         for item in 0..items as u64 {
             let at = ((p.batch_base + item) as usize) * s * s;
-            if s.is_multiple_of(2) {
-                assert!(at.is_multiple_of(2), "{case}: a 16-byte pair off its alignment");
-            }
+            assert!(at.is_multiple_of(2), "{case}: a 16-byte pair off its alignment");
             for j in 0..s {
                 for i in 0..s {
                     let mut acc = Complex32::ZERO;
@@ -709,8 +707,7 @@ fn the_kernels_arithmetic_matches_the_reference_on_random_problems() {
         "m=16,n=40,k=12,batch=4,op=nc",
         "m=1,n=1,k=1,batch=9,op=cn",
         "m=2,batch=7,op=tc,layout=row",
-        "m=3,batch=5,op=cn",
-        "m=4,batch=6,op=nt",
+        "m=2,batch=6,op=cn",
     ] {
         check_every_tile(&spec.parse().unwrap(), 7);
     }
@@ -817,11 +814,13 @@ fn shapes_fit_shared_memory_and_cover_their_tiles() {
             assert!(s.bk >= k.min(8), "{s:?}: a chunk of k shorter than 8");
         }
     }
+    let pair = BatchedGemm::packed(2, 2, 2, 1000, Op::N, Op::N, Layout::ColMajor);
+    assert_eq!(cgemm::choose_tile(&pair, false).name, "cgemm_register_2x2", "packed 2 x 2 matrices in registers");
+    let padded = BatchedGemm { ldc: 3, stride_c: 6, ..pair };
+    assert_eq!(cgemm::choose_tile(&padded, false).family, Family::Whole, "padded C: through shared memory");
     let g = BatchedGemm::packed(4, 4, 4, 1000, Op::N, Op::N, Layout::ColMajor);
-    assert_eq!(cgemm::choose_tile(&g, false).name, "cgemm_register_4x4", "packed 4 x 4 matrices in registers");
-    let padded = BatchedGemm { ldc: 5, stride_c: 20, ..g };
-    let tile = cgemm::choose_tile(&padded, false);
-    assert_eq!(tile.family, Family::Whole, "padded C: whole matrices through shared memory");
+    let tile = cgemm::choose_tile(&g, false);
+    assert_eq!(tile.family, Family::Whole);
     let small = cgemm::shape(&g, tile).unwrap();
     assert_eq!((small.bm, small.bn, small.bk), (4, 4, 4));
     assert!(small.per_block >= 32, "{small:?}: many whole 4 x 4 matrices per block");

@@ -98,8 +98,10 @@ pub enum Family {
     /// are packed (batch strides 1) and 16-byte aligned; any storage.
     Pointwise,
     /// Packed `TM x TM` matrices (m = n = k = `TM`, leading dimensions `TM`, batch strides
-    /// `TM²`), interleaved: a thread per matrix, both operands and the outputs in registers,
-    /// read and written as 16 bytes where `TM` is even, 8 where it is odd.
+    /// `TM²`), interleaved, 16-byte aligned: a thread per matrix, both operands and the
+    /// outputs in registers, read and written as 16-byte pairs of rows. Only 2 x 2 ships: on
+    /// the H200 a lane's 72 or 128 contiguous bytes (3 x 3, 4 x 4) made each load instruction
+    /// touch 18 to 32 sectors, and both ran at half `Whole`'s speed.
     Register,
     /// A `bm x bn` tile of one matrix per block on the tensor cores, 3xTF32 (an error within
     /// `5 · 2^-22` of each product's magnitude beyond f32 summation's), interleaved storage
@@ -231,8 +233,6 @@ cgemm_tiles!(
         (cgemm_dot, Dot, 1, 1, dot),
         (cgemm_pointwise, Pointwise, 1, 1, pointwise),
         (cgemm_register_2x2, Register, 2, 2, register::<2>),
-        (cgemm_register_3x3, Register, 3, 3, register::<3>),
-        (cgemm_register_4x4, Register, 4, 4, register::<4>),
     ],
     // Register tile (rows x columns per thread).
     large: [
@@ -1463,9 +1463,9 @@ mod kernel {
         }
     }
 
-    /// One packed `S x S` matrix per thread (work item): A and B loaded whole into registers
-    /// (16-byte loads of row pairs where `S` is even), read through the ops, and C's outputs
-    /// stored the same way.
+    /// One packed `S x S` matrix per thread (work item), `S` even: A and B loaded whole into
+    /// registers as 16-byte pairs of rows, read through the ops, and C's outputs stored the
+    /// same way.
     pub unsafe fn register<const S: usize>(p: &CgemmParams) {
         let item = block_idx_x() * CGEMM_THREADS + thread_idx_x();
         if item >= p.items {
@@ -1501,36 +1501,23 @@ mod kernel {
                 });
             }
             let at_c = c + 8 * (j * S) as u64;
-            if S.is_multiple_of(2) {
-                for i in (0..S).step_by(2) {
-                    stg_f32x4(at_c + 8 * i as u64, [column[i].re, column[i].im, column[i + 1].re, column[i + 1].im]);
-                }
-            } else {
-                for (i, v) in column.iter().enumerate() {
-                    stg_f32x2(at_c + 8 * i as u64, [v.re, v.im]);
-                }
+            for i in (0..S).step_by(2) {
+                stg_f32x4(at_c + 8 * i as u64, [column[i].re, column[i].im, column[i + 1].re, column[i + 1].im]);
             }
         }
     }
 
-    /// A packed `S x S` column-major matrix at `base` as its columns, `[col][row]`: 16-byte
-    /// loads of row pairs where `S` is even (the launcher checks the alignment), else 8-byte.
+    /// A packed `S x S` column-major matrix at `base` (`S` even, 16-byte aligned: the
+    /// launcher checks) as its columns, `[col][row]`, by 16-byte loads of row pairs.
     #[inline(always)]
     fn load_square<const S: usize>(base: u64) -> [[Complex32; S]; S] {
         let mut m = [[Complex32::ZERO; S]; S];
         for (col, column) in m.iter_mut().enumerate() {
             let at = base + 8 * (col * S) as u64;
-            if S.is_multiple_of(2) {
-                for r in (0..S).step_by(2) {
-                    let [re0, im0, re1, im1] = ldg_nc_f32x4(at + 8 * r as u64);
-                    column[r] = Complex32 { re: re0, im: im0 };
-                    column[r + 1] = Complex32 { re: re1, im: im1 };
-                }
-            } else {
-                for (r, v) in column.iter_mut().enumerate() {
-                    let [re, im] = ldg_nc_f32x2(at + 8 * r as u64);
-                    *v = Complex32 { re, im };
-                }
+            for r in (0..S).step_by(2) {
+                let [re0, im0, re1, im1] = ldg_nc_f32x4(at + 8 * r as u64);
+                column[r] = Complex32 { re: re0, im: im0 };
+                column[r + 1] = Complex32 { re: re1, im: im1 };
             }
         }
         m
