@@ -889,6 +889,16 @@ mod kernel {
         }
     }
 
+    /// `α · acc + β · c` for the interleaved element of C at address `at_c` (read only where
+    /// β is not zero).
+    #[inline(always)]
+    pub(super) fn epilogue_at(p: &CgemmParams, acc: Complex32, at_c: u64) -> Complex32 {
+        p.epilogue(acc, || {
+            let [re, im] = ld_global_f32x2(at_c);
+            Complex32 { re, im }
+        })
+    }
+
     /// `α · acc + β · c` stored to C's element `at_c`: interleaved at `c`, or planar (`re` at
     /// `c`, `im` at `c_im`).
     #[inline(always)]
@@ -1168,10 +1178,7 @@ mod kernel {
                     for j in 0..TN {
                         if let Some(at_c) = p.whole_output(me, i as u32, j as u32) {
                             let at_c = c_matrix + 8 * at_c as u64;
-                            let value = p.epilogue(acc[i][j], || {
-                                let [re, im] = ld_global_f32x2(at_c);
-                                Complex32 { re, im }
-                            });
+                            let value = epilogue_at(p, acc[i][j], at_c);
                             stg_f32x2(at_c, [value.re, value.im]);
                         }
                     }
@@ -1329,10 +1336,7 @@ mod kernel {
                 let (row, col) = (at.row0 + tx + 16 * i as u32, at.col0 + ty + 16 * j as u32);
                 if row < p.m && col < p.n {
                     let at_c = c + 8 * (batch * p.stride_c + row as u64 + col as u64 * p.ldc as u64);
-                    let value = p.epilogue(acc[i][j], || {
-                        let [re, im] = ld_global_f32x2(at_c);
-                        Complex32 { re, im }
-                    });
+                    let value = epilogue_at(p, acc[i][j], at_c);
                     stg_f32x2(at_c, [value.re, value.im]);
                 }
             }
@@ -1442,14 +1446,8 @@ mod kernel {
             let [ar0, ai0, ar1, ai1] = ldg_nc_f32x4(a + 8 * first);
             let [br0, bi0, br1, bi1] = ldg_nc_f32x4(b + 8 * first);
             let at_c = c.0 + 8 * first;
-            let v0 = p.epilogue(product(Complex32 { re: ar0, im: ai0 }, Complex32 { re: br0, im: bi0 }), || {
-                let [re, im] = ld_global_f32x2(at_c);
-                Complex32 { re, im }
-            });
-            let v1 = p.epilogue(product(Complex32 { re: ar1, im: ai1 }, Complex32 { re: br1, im: bi1 }), || {
-                let [re, im] = ld_global_f32x2(at_c + 8);
-                Complex32 { re, im }
-            });
+            let v0 = epilogue_at(p, product(Complex32 { re: ar0, im: ai0 }, Complex32 { re: br0, im: bi0 }), at_c);
+            let v1 = epilogue_at(p, product(Complex32 { re: ar1, im: ai1 }, Complex32 { re: br1, im: bi1 }), at_c + 8);
             stg_f32x4(at_c, [v0.re, v0.im, v1.re, v1.im]);
         } else {
             let planar = p.planar != 0;
@@ -1495,10 +1493,7 @@ mod kernel {
                     acc = op_a[i][l].mul_add(op_b[l][j], acc);
                 }
                 let at_c = c + 8 * (i + j * S) as u64;
-                *out = p.epilogue(acc, || {
-                    let [re, im] = ld_global_f32x2(at_c);
-                    Complex32 { re, im }
-                });
+                *out = epilogue_at(p, acc, at_c);
             }
             let at_c = c + 8 * (j * S) as u64;
             for i in (0..S).step_by(2) {

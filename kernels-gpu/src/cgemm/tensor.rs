@@ -277,6 +277,7 @@ impl CgemmParams {
 
 #[cfg(target_arch = "nvptx64")]
 pub(super) mod device {
+    use super::super::kernel::epilogue_at;
     use super::super::{CgemmParams, Complex32, Op};
     use super::{MmaTile, STAGES, split_tf32};
     use crate::prelude::*;
@@ -520,10 +521,7 @@ pub(super) mod device {
                     let (row, column) = (at.row0 + r, at.col0 + col);
                     if row < p.m && column < p.n {
                         let at_c = c_matrix + 8 * (row as u64 + column as u64 * p.ldc as u64);
-                        let value = p.epilogue(Complex32 { re: acc_re[i][j][e], im: acc_im[i][j][e] }, || {
-                            let [re, im] = ld_global_f32x2(at_c);
-                            Complex32 { re, im }
-                        });
+                        let value = epilogue_at(p, Complex32 { re: acc_re[i][j][e], im: acc_im[i][j][e] }, at_c);
                         stg_f32x2(at_c, [value.re, value.im]);
                     }
                 }
