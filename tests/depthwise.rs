@@ -15,14 +15,19 @@ use convkit::{
     harness::reference::{cpu_reference, host_uniform, with_epilogue},
 };
 use kernels_gpu::{
-    conv::depthwise::{DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseTile, TileBlock, program},
+    conv::depthwise::{
+        DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseOut, DepthwiseProgram, DepthwiseTile, TileBlock, program,
+        rows::RowLane, rows_program,
+    },
     verify::Tolerance,
 };
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
-/// The CPU's [`TileBlock`]: threads run one after another; shared memory
-/// ([`SharedMemory`]) and output writes are tracked.
-struct CpuTileBlock<'a> {
+/// The CPU's [`TileBlock`] and [`RowLane`]: threads (lanes) run one after another; shared
+/// memory ([`SharedMemory`]) and output writes are tracked. A lane's halo is read from the
+/// input where the GPU shuffles it from its neighbours' registers (the same row, the same
+/// predicate).
+struct CpuBlock<'a> {
     smem: SharedMemory<f32>,
     x: &'a [f32],
     w: &'a [f32],
@@ -33,14 +38,34 @@ struct CpuTileBlock<'a> {
     residual: &'a [f32],
 }
 
-impl CpuTileBlock<'_> {
+impl CpuBlock<'_> {
     fn write(&mut self, offset: u64, v: f32) {
         mark_written(self.written, offset);
         self.y[offset as usize] = v;
     }
 }
 
-impl TileBlock for CpuTileBlock<'_> {
+impl DepthwiseOut for CpuBlock<'_> {
+    fn write_y4(&mut self, store: bool, offset: u64, v: [f32; 4]) {
+        assert!(offset.is_multiple_of(4), "16-byte store at element {offset}");
+        if store {
+            for (i, v) in v.into_iter().enumerate() {
+                self.write(offset + i as u64, v);
+            }
+        }
+    }
+
+    fn bias(&mut self, k: u32) -> f32 {
+        self.bias.map_or(0.0, |bias| bias[k as usize])
+    }
+
+    fn residual4(&mut self, load: bool, offset: u64) -> [f32; 4] {
+        assert!(offset.is_multiple_of(4), "16-byte residual load at element {offset}");
+        [0, 1, 2, 3].map(|i| if load { self.residual[offset as usize + i] } else { 0.0 })
+    }
+}
+
+impl TileBlock for CpuBlock<'_> {
     fn each_thread(&mut self, mut f: impl FnMut(&mut Self, u32)) {
         for thread in 0..kernels_gpu::conv::depthwise::BLOCK_THREADS {
             self.smem.item = thread;
@@ -78,24 +103,6 @@ impl TileBlock for CpuTileBlock<'_> {
         }
     }
 
-    fn write_y4(&mut self, store: bool, offset: u64, v: [f32; 4]) {
-        assert!(offset.is_multiple_of(4), "16-byte store at element {offset}");
-        if store {
-            for (i, v) in v.into_iter().enumerate() {
-                self.write(offset + i as u64, v);
-            }
-        }
-    }
-
-    fn bias(&mut self, k: u32) -> f32 {
-        self.bias.map_or(0.0, |bias| bias[k as usize])
-    }
-
-    fn residual4(&mut self, load: bool, offset: u64) -> [f32; 4] {
-        assert!(offset.is_multiple_of(4), "16-byte residual load at element {offset}");
-        [0, 1, 2, 3].map(|i| if load { self.residual[offset as usize + i] } else { 0.0 })
-    }
-
     fn residual(&mut self, load: bool, offset: u64) -> f32 {
         if load { self.residual[offset as usize] } else { 0.0 }
     }
@@ -115,6 +122,35 @@ impl TileBlock for CpuTileBlock<'_> {
     }
 }
 
+impl RowLane for CpuBlock<'_> {
+    fn load_row(&mut self, load: bool, offset: u64) -> [f32; 4] {
+        assert!(offset.is_multiple_of(4), "16-byte load at element {offset}");
+        assert!(load || offset == 0, "a predicated-off load from element 0");
+        [0, 1, 2, 3].map(|i| if load { self.x[offset as usize + i] } else { 0.0 })
+    }
+
+    fn halo<const H: usize>(
+        &mut self,
+        own: [f32; 4],
+        offset: u64,
+        live: bool,
+        first: bool,
+        last: bool,
+    ) -> ([f32; H], [f32; H]) {
+        if live {
+            assert_eq!(own[..], self.x[offset as usize..offset as usize + 4], "the ring gave another row");
+        }
+        let at = |i: i64| self.x[(offset as i64 + i) as usize];
+        let left = core::array::from_fn(|i| if live && !first { at(i as i64 - H as i64) } else { 0.0 });
+        let right = core::array::from_fn(|i| if live && !last { at(4 + i as i64) } else { 0.0 });
+        (left, right)
+    }
+
+    fn tap(&mut self, offset: u64) -> f32 {
+        self.w[offset as usize]
+    }
+}
+
 /// Runs `tile` over the launcher's whole grid on the CPU with `epilogue` and checks it against
 /// the f64 reference followed by the epilogue.
 fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: bool, epilogue: &Epilogue) -> f64 {
@@ -129,20 +165,35 @@ fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: b
     p.epilogue = epilogue.params(conv, &geom);
     // The CPU block reads the slices; the program only asks whether there is a bias or residual.
     (p.epilogue.bias, p.epilogue.residual) = (epilogue.bias as u64, epilogue.residual as u64);
-    let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
-    for group in 0..tile.plane_groups((conv.n * conv.c) as u64) {
-        for tile_index in 0..down * across {
-            let mut b = CpuTileBlock {
-                smem: SharedMemory::new((tile.smem_bytes() / 4) as usize),
-                x: &x,
-                w: &w,
-                y: &mut y,
-                written: &mut written,
-                bias: epilogue.bias.then_some(&bias[..]),
-                residual: &residual,
-            };
-            let run = program::<CpuTileBlock>(tile.name).expect("every variant has a program");
-            run(&mut b, &p, tile_index as u32, group as u32);
+    let mut b = CpuBlock {
+        smem: SharedMemory::new(0),
+        x: &x,
+        w: &w,
+        y: &mut y,
+        written: &mut written,
+        bias: epilogue.bias.then_some(&bias[..]),
+        residual: &residual,
+    };
+    match tile.program {
+        DepthwiseProgram::Rows => {
+            // Every warp of the launch, lane by lane, as the entry point runs them.
+            let run = rows_program::<CpuBlock>(tile.name).expect("every rows variant has a program");
+            let groups = (p.planes as u64).div_ceil(p.planes_per_warp as u64);
+            for warp in 0..groups * p.segments.divisor as u64 {
+                for lane in 0..32 {
+                    run(&mut b, &p, p.row_coords(warp as u32, lane));
+                }
+            }
+        }
+        DepthwiseProgram::Tiles => {
+            let run = program::<CpuBlock>(tile.name).expect("every variant has a program");
+            let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
+            for group in 0..tile.plane_groups((conv.n * conv.c) as u64) {
+                for tile_index in 0..down * across {
+                    b.smem = SharedMemory::new((tile.smem_bytes() / 4) as usize);
+                    run(&mut b, &p, tile_index as u32, group as u32);
+                }
+            }
         }
     }
     assert!(written.iter().all(|&w| w), "{conv} on {}: outputs never written", tile.name);
@@ -170,7 +221,7 @@ fn depthwise_conv(n: usize, c: usize, hw: [usize; 2], filter: usize, stride: usi
 #[test]
 fn every_variant_computes_the_convolution_on_the_cpu() {
     let mut rng = SmallRng::seed_from_u64(11);
-    for tile in DEPTHWISE_FWD_VARIANTS {
+    for tile in DEPTHWISE_FWD_VARIANTS.iter().filter(|t| t.program == DepthwiseProgram::Tiles) {
         // A map smaller than the tile and two a little larger than it (partial edge tiles on
         // both sides; rows of a multiple of 4, which 16-byte copies take, and not), plane
         // counts that leave the last block's planes partly empty; random padding.
@@ -198,7 +249,7 @@ fn every_variant_computes_the_convolution_on_the_cpu() {
 
 #[test]
 fn every_variant_applies_the_epilogue_where_it_stores() {
-    for (i, tile) in DEPTHWISE_FWD_VARIANTS.iter().enumerate() {
+    for (i, tile) in DEPTHWISE_FWD_VARIANTS.iter().filter(|t| t.program == DepthwiseProgram::Tiles).enumerate() {
         // A partial edge tile and more planes than a block's; vector and scalar stores.
         let hw = [(tile.tile_h * tile.stride) as usize + 1, (tile.tile_w * tile.stride) as usize + 8];
         let planes = tile.planes_per_block() as usize + 1;
@@ -224,19 +275,66 @@ fn every_variant_applies_the_epilogue_where_it_stores() {
 }
 
 #[test]
+fn every_rows_variant_computes_the_convolution_on_the_cpu() {
+    let mut rng = SmallRng::seed_from_u64(12);
+    for (i, tile) in DEPTHWISE_FWD_VARIANTS.iter().filter(|t| t.program == DepthwiseProgram::Rows).enumerate() {
+        // Rows of 1 to 32 lanes (several planes per warp, lanes left idle), maps as short as
+        // the filter, plane counts that leave the last warp's planes partly empty, random
+        // padding along the height, with and without every epilogue.
+        for (j, w) in [4, 8, 12, 28, 56, 112, 128].into_iter().enumerate() {
+            let h = rng.random_range(tile.filter as usize..=40);
+            let mut conv =
+                depthwise_conv(2, rng.random_range(1..=5), [h, w], tile.filter as usize, 1, tile.multiplier as usize);
+            conv.pad[0] = rng.random_range(0..=tile.filter as usize / 2);
+            assert_eq!(depthwise::unsupported(&conv, tile), None, "{conv}");
+            run_on_cpu(&conv, tile, true, true, &Epilogue::NONE);
+            let epilogue = Epilogue {
+                bias: true,
+                activation: Activation::ALL[(i + j) % Activation::ALL.len()],
+                residual: j % 2 == 0,
+                shuffle: j % 3 != 0,
+            };
+            run_on_cpu(&conv, tile, true, true, &epilogue);
+        }
+    }
+}
+
+#[test]
+fn rows_variants_refuse_what_they_cannot_compute() {
+    let tile = DEPTHWISE_FWD_VARIANTS.iter().find(|t| t.name == "depthwise_rows_k3_m1").unwrap();
+    let ok = depthwise_conv(2, 8, [20, 28], 3, 1, 1);
+    assert_eq!(depthwise::unsupported(&ok, tile), None);
+    for (w, pad_w, why) in [(30, 1, "row of 30"), (132, 1, "row past 128"), (28, 0, "narrower output")] {
+        let mut conv = depthwise_conv(2, 8, [20, w], 3, 1, 1);
+        conv.pad[1] = pad_w;
+        assert!(depthwise::unsupported(&conv, tile).is_some(), "{why}");
+    }
+    let strided = depthwise_conv(2, 8, [20, 28], 3, 2, 1);
+    assert!(depthwise::unsupported(&strided, tile).is_some(), "stride 2");
+}
+
+#[test]
 fn the_heuristic_tile_fits_the_map() {
     let pick = |hw| {
         let conv = depthwise_conv(8, 32, [hw, hw], 3, 1, 1);
         let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
-        (tile.tile_h, tile.tile_w)
+        (tile.program, tile.tile_h, tile.tile_w)
     };
-    // The largest tile that wastes at most MAX_COVER of the output area.
-    assert_eq!(pick(7), (8, 8));
-    assert_eq!(pick(14), (16, 16));
-    for hw in [28, 56, 64, 112] {
-        assert_eq!(pick(hw), (32, 32), "{hw}");
+    // Whole rows where they apply: rows of a multiple of 4, at most 128 wide.
+    for hw in [8, 20, 28, 56, 64, 112, 128] {
+        assert_eq!(pick(hw).0, DepthwiseProgram::Rows, "{hw}");
     }
-    assert_eq!(pick(20), (8, 8), "none within the bound: the least covered");
+    // Else the largest tile that wastes at most MAX_COVER of the output area.
+    assert_eq!(pick(7), (DepthwiseProgram::Tiles, 8, 8));
+    assert_eq!(pick(14), (DepthwiseProgram::Tiles, 16, 16));
+    assert_eq!(pick(130), (DepthwiseProgram::Tiles, 16, 16));
+    assert_eq!(pick(18), (DepthwiseProgram::Tiles, 8, 8), "none within the bound: the least covered");
+    // Stride 2 takes tiles.
+    let strided = depthwise_conv(8, 32, [112, 112], 3, 2, 1);
+    assert_eq!(
+        depthwise::choose_tile(&strided, &strided.geometry().unwrap()).unwrap().program,
+        DepthwiseProgram::Tiles
+    );
 }
 
 #[test]

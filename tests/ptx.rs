@@ -32,7 +32,13 @@ use std::{collections::BTreeMap, path::PathBuf, process::Command};
 fn kernels() -> Vec<(&'static str, usize)> {
     let direct = DIRECT_FWD_VARIANTS.iter().flat_map(|t| t.entries.all());
     let mut all: Vec<_> = direct.map(|name| (name, size_of::<DirectFwdParams>())).collect();
-    all.extend(DEPTHWISE_FWD_VARIANTS.iter().map(|t| (t.name, size_of::<DepthwiseFwdParams>())));
+    // A `Tiles` depthwise variant stores every mode from one entry point.
+    let depthwise = DEPTHWISE_FWD_VARIANTS.iter().flat_map(|t| {
+        let mut entries = t.entries.all().to_vec();
+        entries.dedup();
+        entries
+    });
+    all.extend(depthwise.map(|e| (e, size_of::<DepthwiseFwdParams>())));
     all.extend(IGEMM_FWD_VARIANTS.iter().flat_map(|t| {
         let params = match t.pixels {
             PixelTile::Flat => size_of::<IgemmFwdParams>(),

@@ -4,11 +4,13 @@
 
 use super::epilogue::{Epilogue, EpilogueArgs};
 use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels_gpu::{
     MagicDiv,
     conv::depthwise::{
-        BLOCK_THREADS, COPY_VECTORS, DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseTile, STORE_VECTORS,
+        BLOCK_THREADS, COPY_VECTORS, DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseProgram, DepthwiseTile,
+        STORE_VECTORS,
+        rows::{MAX_ROW, ROW_PX, ROWS_WARPS},
     },
 };
 
@@ -48,8 +50,49 @@ pub fn unsupported(conv: &Conv2d, tile: &DepthwiseTile) -> Option<&'static str> 
     layer_unsupported(conv).or_else(|| {
         let layer = [conv.r, conv.stride[0], conv.k / conv.c];
         let variant = [tile.filter, tile.stride, tile.multiplier].map(|v| v as usize);
-        (layer != variant).then_some("the variant is for another filter size, stride or channel multiplier")
+        if layer != variant {
+            return Some("the variant is for another filter size, stride or channel multiplier");
+        }
+        if tile.program == DepthwiseProgram::Rows {
+            if !conv.w.is_multiple_of(ROW_PX as usize) || conv.w > MAX_ROW as usize {
+                return Some("the rows variants take rows of a multiple of 4 and at most 128 elements");
+            }
+            if 2 * conv.pad[1] + 1 != conv.s {
+                return Some("the rows variants take outputs as wide as the input (padding (S - 1) / 2)");
+            }
+            // Each lane's thread index is 32 bits: 2^27 warps at most.
+            if rows_warps(conv, rows_segment(conv)).is_none_or(|w| w > 1 << 27) {
+                return Some("more than 2^27 warps of rows");
+            }
+        }
+        None
     })
+}
+
+/// Output rows a `Rows` warp computes at most, for 3x3 filters: on the H200 (N = 64 MobileNetV2
+/// layers, 112 and 56 wide) segments of 14 rows ran 0.065 and 0.071 ms, of 28 0.068 and 0.076,
+/// whole planes 0.077 and 0.083, of 7 rows 0.065 and 0.074 (each segment reads K - 1 rows more
+/// than it outputs). Larger filters take segments of at least 4 (K - 1) rows.
+pub const SEGMENT_ROWS: usize = 14;
+
+/// Output rows per warp of a `Rows` variant: the output's rows in equal segments of at most
+/// [`SEGMENT_ROWS`] (or `4 (K - 1)`).
+fn rows_segment(conv: &Conv2d) -> usize {
+    let out_h = (conv.h + 2 * conv.pad[0]).saturating_sub(conv.r) + 1;
+    let most = SEGMENT_ROWS.max(4 * conv.r.saturating_sub(1));
+    out_h.div_ceil(out_h.div_ceil(most).max(1)).max(1)
+}
+
+/// Plane groups (warps down one segment) of a `Rows` launch.
+fn plane_groups(conv: &Conv2d) -> usize {
+    let lanes = conv.w.div_ceil(ROW_PX as usize).max(1);
+    (conv.n * conv.c).div_ceil(32 / lanes.min(32))
+}
+
+/// Warps of a `Rows` launch with `segment` rows per warp.
+fn rows_warps(conv: &Conv2d, segment: usize) -> Option<usize> {
+    let out_h = (conv.h + 2 * conv.pad[0]).saturating_sub(conv.r) + 1;
+    plane_groups(conv).checked_mul(out_h.div_ceil(segment.max(1)))
 }
 
 /// The variants that can compute `conv`.
@@ -68,13 +111,17 @@ pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry) -> Result<DepthwiseTile> 
     if let Some(reason) = layer_unsupported(conv) {
         return Err(Error::Unsupported { algorithm: "depthwise", reason: reason.to_owned() });
     }
+    if let Some(rows) = supporting_variants(conv).find(|t| t.program == DepthwiseProgram::Rows) {
+        return Ok(*rows);
+    }
     let cover = |t: &DepthwiseTile| {
         let [down, across] = t.tiles(geom.out_h as u64, geom.out_w as u64);
         (down * across * (t.tile_h * t.tile_w) as u64) as f64 / (geom.out_h * geom.out_w) as f64
     };
     let area = |t: &&DepthwiseTile| t.tile_h * t.tile_w;
-    let largest = supporting_variants(conv).filter(|t| cover(t) <= MAX_COVER).max_by_key(area);
-    let tile = largest.or_else(|| supporting_variants(conv).min_by(|a, b| cover(a).total_cmp(&cover(b))));
+    let tiles = || supporting_variants(conv).filter(|t| t.program == DepthwiseProgram::Tiles);
+    let largest = tiles().filter(|t| cover(t) <= MAX_COVER).max_by_key(area);
+    let tile = largest.or_else(|| tiles().min_by(|a, b| cover(a).total_cmp(&cover(b))));
     Ok(*tile.expect("every filter, stride and multiplier offered comes in every tile size"))
 }
 
@@ -92,6 +139,10 @@ pub fn params(
     let u = |v: usize| v as u32;
     let magic = |d: u64| MagicDiv::new(d as u32).expect("validated extents are non-zero");
     let [_, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
+    let (row_lanes, segment) = match tile.program {
+        DepthwiseProgram::Rows => (conv.w.div_ceil(ROW_PX as usize).clamp(1, 32), rows_segment(conv)),
+        DepthwiseProgram::Tiles => (1, 1),
+    };
     DepthwiseFwdParams {
         x: 0,
         w: 0,
@@ -109,6 +160,10 @@ pub fn params(
         z_base: 0,
         tiles_w: magic(across),
         channels: magic(conv.c as u64),
+        row_lanes: magic(row_lanes as u64),
+        segments: magic(geom.out_h.div_ceil(segment) as u64),
+        planes_per_warp: u(32 / row_lanes),
+        segment_rows: u(segment),
         epilogue: Epilogue::NONE.params(conv, geom),
     }
 }
@@ -164,34 +219,62 @@ pub fn forward_fused(
     if let Some(reason) = unsupported(conv, tile) {
         return Err(Error::UnsupportedTile { tile: tile.name, reason });
     }
-    let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
-    let grid_x = u32::try_from(down * across)
-        .ok()
-        .filter(|&x| x <= i32::MAX as u32)
-        .ok_or(Error::UnsupportedTile { tile: tile.name, reason: "more than 2^31 - 1 tiles per plane" })?;
+    // Tiles: x = a plane's tiles, z = plane groups (split into launches); rows: x = blocks
+    // of whole warps.
+    enum Grid {
+        Tiles(super::SplitGrid),
+        Warps(LaunchConfig),
+    }
+    let grid = match tile.program {
+        DepthwiseProgram::Tiles => {
+            let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
+            let grid_x = u32::try_from(down * across)
+                .ok()
+                .filter(|&x| x <= i32::MAX as u32)
+                .ok_or(Error::UnsupportedTile { tile: tile.name, reason: "more than 2^31 - 1 tiles per plane" })?;
+            Grid::Tiles(super::SplitGrid {
+                kernel: tile.name,
+                grid_x,
+                total_z: tile.plane_groups((conv.n * conv.c) as u64),
+                block_threads: BLOCK_THREADS,
+                smem_bytes: tile.smem_bytes(),
+            })
+        }
+        DepthwiseProgram::Rows => {
+            let warps = rows_warps(conv, rows_segment(conv)).expect("unsupported() bounds the warps");
+            Grid::Warps(LaunchConfig {
+                grid_dim: (warps.div_ceil(ROWS_WARPS as usize) as u32, 1, 1),
+                block_dim: (32 * ROWS_WARPS, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+    };
     super::check_buffers(gpu, &geom, x, w, y)?;
     epilogue.check(gpu, conv, &geom)?;
-    let plane_groups = tile.plane_groups((conv.n * conv.c) as u64);
     {
         let (x_ptr, _x_sync) = x.device_ptr(stream);
         let (w_ptr, _w_sync) = w.device_ptr(stream);
         let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
         // 16-byte stores read the residual in 16-byte pieces at the same offsets.
         let residual_aligned = epilogue.residual.is_none_or(|r| r.device_ptr(stream).0.is_multiple_of(16));
-        let mut p = params(conv, &geom, tile, x_ptr.is_multiple_of(16), y_ptr.is_multiple_of(16) && residual_aligned);
+        let (x_aligned, y_aligned) = (x_ptr.is_multiple_of(16), y_ptr.is_multiple_of(16) && residual_aligned);
+        if tile.program == DepthwiseProgram::Rows && !(x_aligned && y_aligned) {
+            return Err(Error::UnsupportedTile {
+                tile: tile.name,
+                reason: "the rows variants read and write 16-byte pieces: x, y and the residual 16-byte aligned",
+            });
+        }
+        let mut p = params(conv, &geom, tile, x_aligned, y_aligned);
         (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
-        let grid = super::SplitGrid {
-            kernel: tile.name,
-            grid_x,
-            total_z: plane_groups,
-            block_threads: BLOCK_THREADS,
-            smem_bytes: tile.smem_bytes(),
-        };
         // Safety: the buffers were checked to hold exactly the shape's extents, which
-        // `Conv2d::geometry` and `unsupported` bound to the kernel's index arithmetic.
+        // `Conv2d::geometry` and `unsupported` bound to the kernel's index arithmetic (the rows
+        // program's lanes cover in_w = out_w columns, its warps fit a 32-bit thread index).
         epilogue.with_params(stream, conv, &geom, |e| {
             p.epilogue = e;
-            unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }
+            match &grid {
+                Grid::Tiles(tiles) => unsafe { super::launch_split_z(gpu, stream, tiles, p, |p, z| p.z_base = z) },
+                Grid::Warps(warps) => unsafe { gpu.launch(stream, tile.entries.of_mode(e.mode()), *warps, p) },
+            }
         })?;
     } // the buffers' cross-stream events are recorded here
     gpu.check_deferred()

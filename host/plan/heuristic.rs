@@ -7,7 +7,8 @@
 //!   faster than cuDNN's best and 1.5-42x than the direct kernel.
 //! - Depthwise layers that the depthwise kernel covers (3x3 ... 9x9, stride 1 or 2, multiplier
 //!   1 or 2): on maps of at least [`DEPTHWISE_MIN_MAP`] to it (with its own tile heuristic),
-//!   except 7x7 and larger filters over many planes, which go to the fused FFT; on smaller
+//!   except 7x7 and larger filters over many planes where its whole-rows program does not
+//!   apply, which go to the fused FFT; on smaller
 //!   maps to the fused FFT for 5x5 and larger filters on maps of at least [`FUSED_FFT_MIN_MAP`]
 //!   and for 7x7 and larger over few planes on the smallest, to the depthwise kernel from
 //!   [`DEPTHWISE_MIN_CHANNELS_PER_SM`] channels per SM, else to the direct kernel (`depthwise`
@@ -46,6 +47,7 @@ use crate::{
         depthwise, direct, fft, fft_gemm, igemm,
     },
 };
+use kernels_gpu::conv::depthwise::DepthwiseProgram;
 
 /// Filter taps (R·S) from which an FFT convolution is chosen (13x13 depthwise measured 1.5x
 /// faster through the fused FFT than directly; 7x7 2x slower).
@@ -68,8 +70,10 @@ pub const DEPTHWISE_MIN_CHANNELS_PER_SM: usize = 16;
 /// Below [`DEPTHWISE_MIN_MAP`], the filter size from which the fused FFT is chosen.
 pub const FUSED_FFT_SMALL_MAP_MIN_FILTER: usize = 5;
 /// From this filter size and this many planes (`n * c`), the fused FFT beats the depthwise
-/// kernel on large maps too (7x7 on 56-wide maps, N = 32: 0.057 against 0.080 ms; at N = 1 the
-/// depthwise kernel won, 0.007 against 0.011 ms); on small maps it is the other way round.
+/// kernel's tiles on large maps too (7x7 on 56-wide maps, N = 32: 0.057 against 0.080 ms; at
+/// N = 1 the depthwise kernel won, 0.007 against 0.011 ms); on small maps it is the other way
+/// round. Not its whole rows, where they apply (0.050 ms on that layer, 0.034 against 0.035 on
+/// the 28-wide one).
 pub const FUSED_FFT_MIN_FILTER: usize = 7;
 pub const FUSED_FFT_MIN_PLANES: usize = 1024;
 /// Outputs up to which a layer counts as tiny.
@@ -137,8 +141,9 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
         let layer = format!("depthwise {}x{}, stride {}, {map}-wide input", conv.r, conv.s, conv.stride[0]);
         let fused = fft::choose_tile(conv, geom).ok();
         let many_planes = conv.n * conv.c >= FUSED_FFT_MIN_PLANES;
+        let rows = tile.program == DepthwiseProgram::Rows;
         let fused_wins = if map >= DEPTHWISE_MIN_MAP {
-            conv.r >= FUSED_FFT_MIN_FILTER && many_planes
+            conv.r >= FUSED_FFT_MIN_FILTER && many_planes && !rows
         } else if map >= FUSED_FFT_MIN_MAP {
             conv.r >= FUSED_FFT_SMALL_MAP_MIN_FILTER
         } else {
@@ -150,10 +155,11 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
                 return pick(Algorithm::Fft(fft_tile.name), 0, why);
             }
             _ if map >= DEPTHWISE_MIN_MAP || conv.c >= DEPTHWISE_MIN_CHANNELS_PER_SM * sm_count as usize => {
-                let why = format!(
-                    "{layer}, {} channels: the depthwise kernel, {}x{} tiles",
-                    conv.c, tile.tile_h, tile.tile_w
-                );
+                let why = if rows {
+                    format!("{layer}, {} channels: the depthwise kernel, whole rows per warp", conv.c)
+                } else {
+                    format!("{layer}, {} channels: the depthwise kernel, {}x{} tiles", conv.c, tile.tile_h, tile.tile_w)
+                };
                 return pick(Algorithm::Depthwise(tile.name), 0, why);
             }
             _ => return direct_choice(sm_count, conv, geom, format!("{layer}: the direct kernel")),

@@ -154,6 +154,18 @@ pub fn shfl_down_f32(v: f32, delta: u32) -> f32 {
     r
 }
 
+/// `shfl.sync.up` over the full warp: lane `i` gets lane `i - delta`'s `v` (its own below
+/// `delta`). Not `pure`, as [`shfl_down_f32`].
+#[inline(always)]
+pub fn shfl_up_f32(v: f32, delta: u32) -> f32 {
+    let r: f32;
+    unsafe {
+        asm!("shfl.sync.up.b32 {r}, {v}, {d}, 0, 0xffffffff;",
+            r = out(reg32) r, v = in(reg32) v, d = in(reg32) delta, options(nomem, nostack))
+    };
+    r
+}
+
 /// High 32 bits of the 64-bit product, as one `mul.hi.u32`.
 #[inline(always)]
 pub fn mul_hi_u32(a: u32, b: u32) -> u32 {

@@ -26,6 +26,8 @@
 use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
 
+pub mod rows;
+
 /// Threads per block of every depthwise kernel.
 pub const BLOCK_THREADS: u32 = 128;
 /// Adjacent outputs of one row per thread: one 16-byte store.
@@ -70,7 +72,28 @@ pub struct DepthwiseFwdParams {
     pub tiles_w: MagicDiv,
     /// Divides a plane index by the channels `c` (its remainder is the channel).
     pub channels: MagicDiv,
+    /// Rows program ([`rows`]) only: divides a lane by the lanes of one row (`in_w / 4`):
+    /// (plane slot in the warp, lane in the row).
+    pub row_lanes: MagicDiv,
+    /// Rows program only: divides a warp index by the segments of a plane's output rows:
+    /// (plane group, segment).
+    pub segments: MagicDiv,
+    /// Rows program only: planes per warp (`32 / row_lanes`) and output rows per segment.
+    pub planes_per_warp: u32,
+    pub segment_rows: u32,
     pub epilogue: super::epilogue::EpilogueParams,
+}
+
+/// How a variant's blocks cover the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DepthwiseProgram {
+    /// A `tile_h x tile_w` tile of several planes per block, through shared memory.
+    Tiles,
+    /// Whole rows of a plane per warp, down a segment of the output ([`rows`]): stride 1,
+    /// rows of a multiple of 4 and at most [`rows::MAX_ROW`] floats, output as wide as the
+    /// input, 16-byte aligned tensors. `tile_h` and `tile_w` are then a lane's 1 x 4 outputs,
+    /// and `stride` 1.
+    Rows,
 }
 
 /// One variant: filter size, stride and channel multiplier it computes, and its output tile.
@@ -78,6 +101,10 @@ pub struct DepthwiseFwdParams {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DepthwiseTile {
     pub name: &'static str,
+    pub program: DepthwiseProgram,
+    /// Its entry point per store mode: `Tiles` variants store every mode from one, `Rows`
+    /// variants have one per mode ([`crate::mode_entry_points`]).
+    pub entries: super::epilogue::ModeEntries,
     /// R = S.
     pub filter: u32,
     /// Along both dimensions.
@@ -172,15 +199,27 @@ impl DepthwiseTile {
     /// Whether the variant's shape is one the program handles: whole thread rows, whole
     /// planes per block, a window that fits the register array.
     pub const fn is_well_formed(&self) -> bool {
-        self.tile_w.is_multiple_of(PX)
-            && self.tile_h.is_multiple_of(RY)
-            && BLOCK_THREADS.is_multiple_of(self.threads_per_plane())
-            && self.window() <= MAX_WINDOW as u32
+        matches!(self.program, DepthwiseProgram::Rows)
+            || self.tile_w.is_multiple_of(PX)
+                && self.tile_h.is_multiple_of(RY)
+                && BLOCK_THREADS.is_multiple_of(self.threads_per_plane())
+                && self.window() <= MAX_WINDOW as u32
     }
 }
 
+/// Where both programs' outputs go: the stores and what the epilogue reads.
+pub trait DepthwiseOut {
+    /// Outputs `offset .. offset + 4` where `store`; `offset` a multiple of 4.
+    fn write_y4(&mut self, store: bool, offset: u64, v: [f32; 4]);
+    /// The epilogue's bias of output channel `k`, 0 without one.
+    fn bias(&mut self, k: u32) -> f32;
+    /// Elements `offset .. offset + 4` of the epilogue's residual where `load` (there is one),
+    /// else zeros; `offset` a multiple of 4.
+    fn residual4(&mut self, load: bool, offset: u64) -> [f32; 4];
+}
+
 /// What the block program touches, and how a block's threads run it.
-pub trait TileBlock {
+pub trait TileBlock: DepthwiseOut {
     /// Runs `f(self, thread)` for every thread of the block.
     fn each_thread(&mut self, f: impl FnMut(&mut Self, u32));
     /// Every thread's earlier shared-memory accesses happen before any later one.
@@ -198,13 +237,6 @@ pub trait TileBlock {
     /// Output `offset`, where `store` (predicated, not branched around: branches around each
     /// store of a 14-wide row split warps' stores and doubled the sectors written to L2).
     fn write_y(&mut self, store: bool, offset: u64, v: f32);
-    /// Outputs `offset .. offset + 4` where `store`; `offset` a multiple of 4.
-    fn write_y4(&mut self, store: bool, offset: u64, v: [f32; 4]);
-    /// The epilogue's bias of output channel `k`, 0 without one.
-    fn bias(&mut self, k: u32) -> f32;
-    /// Elements `offset .. offset + 4` of the epilogue's residual where `load` (there is one),
-    /// else zeros; `offset` a multiple of 4.
-    fn residual4(&mut self, load: bool, offset: u64) -> [f32; 4];
     /// Element `offset` of the epilogue's residual where `load`, else 0.
     fn residual(&mut self, load: bool, offset: u64) -> f32;
     fn load(&mut self, slot: u32) -> f32;
@@ -229,6 +261,8 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
 ) {
     let t = DepthwiseTile {
         name: "",
+        program: DepthwiseProgram::Tiles,
+        entries: super::epilogue::ModeEntries { plain: "", clamp: "", smooth: "" },
         filter: K as u32,
         stride: ST as u32,
         multiplier: M as u32,
@@ -458,17 +492,41 @@ fn window<const K: usize, const ST: usize, B: TileBlock>(b: &mut B, slot: u32, s
 }
 
 macro_rules! depthwise_fwd_variants {
-    ($(($name:ident, $k:literal, $st:literal, $m:literal, $th:literal, $tw:literal)),* $(,)?) => {
+    (
+        tiles: [$(($name:ident, $k:literal, $st:literal, $m:literal, $th:literal, $tw:literal)),* $(,)?],
+        rows: [$(($r_name:ident, $r_k:literal, $r_h:literal, $r_m:literal, $r_d:literal)),* $(,)?] $(,)?
+    ) => {
         /// Every variant in the PTX, by entry-point name.
         pub const DEPTHWISE_FWD_VARIANTS: &[DepthwiseTile] = &[
-            $(DepthwiseTile { name: stringify!($name), filter: $k, stride: $st, multiplier: $m, tile_h: $th, tile_w: $tw }),*
+            $(DepthwiseTile {
+                name: stringify!($name), program: DepthwiseProgram::Tiles,
+                entries: super::epilogue::ModeEntries {
+                    plain: stringify!($name), clamp: stringify!($name), smooth: stringify!($name),
+                },
+                filter: $k, stride: $st, multiplier: $m, tile_h: $th, tile_w: $tw,
+            },)*
+            $(DepthwiseTile {
+                name: stringify!($r_name), program: DepthwiseProgram::Rows, entries: crate::mode_entries!($r_name),
+                filter: $r_k, stride: 1, multiplier: $r_m, tile_h: 1, tile_w: rows::ROW_PX,
+            },)*
         ];
 
-        /// The block program of the variant named `name`, for a [`TileBlock`] of the caller's
-        /// (the host's tests run it on the CPU).
+        /// The block program of the `Tiles` variant named `name`, for a [`TileBlock`] of the
+        /// caller's (the host's tests run it on the CPU).
         pub fn program<B: TileBlock>(name: &str) -> Option<fn(&mut B, &DepthwiseFwdParams, u32, u32)> {
             match name {
                 $(stringify!($name) => Some(convolve::<$k, $st, $m, $th, $tw, B>),)*
+                _ => None,
+            }
+        }
+
+        /// The lane program of the `Rows` variant named `name` in store mode `mode`, for a
+        /// [`rows::RowLane`] of the caller's (the host's tests run it on the CPU).
+        pub fn rows_program<L: rows::RowLane>(name: &str) -> Option<fn(&mut L, &DepthwiseFwdParams, rows::RowCoords)> {
+            match name {
+                $(stringify!($r_name) => Some(|l, p, at| {
+                    crate::by_mode!(p.epilogue, MODE => rows::rows::<$r_k, $r_h, $r_m, $r_d, MODE, L>(l, p, at))
+                }),)*
                 _ => None,
             }
         }
@@ -479,15 +537,17 @@ macro_rules! depthwise_fwd_variants {
             $(
                 #[unsafe(no_mangle)]
                 pub unsafe extern "ptx-kernel" fn $name(p: super::DepthwiseFwdParams) {
-                    let mut b = super::GpuTileBlock::new(&p);
+                    let mut b = super::GpuDepthwise::new(&p);
                     super::convolve::<$k, $st, $m, $th, $tw, _>(&mut b, &p, block_idx_x(), p.z_base + block_idx_z());
                 }
             )*
+            $(crate::mode_entry_points!($r_name, super::DepthwiseFwdParams, super::device::rows_kernel, [$r_k, $r_h, $r_m, $r_d]);)*
         }
     };
 }
 
 depthwise_fwd_variants!(
+    tiles: [
     (depthwise_k3_s1_m1_32x32, 3, 1, 1, 32, 32),
     (depthwise_k3_s1_m1_16x16, 3, 1, 1, 16, 16),
     (depthwise_k3_s1_m1_8x8, 3, 1, 1, 8, 8),
@@ -536,6 +596,15 @@ depthwise_fwd_variants!(
     (depthwise_k9_s2_m2_32x32, 9, 2, 2, 32, 32),
     (depthwise_k9_s2_m2_16x16, 9, 2, 2, 16, 16),
     (depthwise_k9_s2_m2_8x8, 9, 2, 2, 8, 8),
+    ],
+    // Filter, its half, multiplier, rows of loads in flight.
+    rows: [
+        (depthwise_rows_k3_m1, 3, 1, 1, 6),
+        (depthwise_rows_k3_m2, 3, 1, 2, 6),
+        (depthwise_rows_k5_m1, 5, 2, 1, 5),
+        (depthwise_rows_k5_m2, 5, 2, 2, 5),
+        (depthwise_rows_k7_m1, 7, 3, 1, 7),
+    ],
 );
 
 const _: () = {
@@ -546,9 +615,10 @@ const _: () = {
     }
 };
 
-/// The GPU's [`TileBlock`]: shared memory from the dynamic segment, filled by `cp.async`.
+/// The GPU's [`TileBlock`] and [`rows::RowLane`]: shared memory from the dynamic segment,
+/// filled by `cp.async`; rows through the non-coherent path, halos by shuffles.
 #[cfg(target_arch = "nvptx64")]
-pub struct GpuTileBlock {
+pub struct GpuDepthwise {
     smem: u32,
     x: u64,
     w: u64,
@@ -558,13 +628,58 @@ pub struct GpuTileBlock {
 
 #[cfg(target_arch = "nvptx64")]
 mod device {
-    use super::{DepthwiseFwdParams, GpuTileBlock, TileBlock};
+    use super::{DepthwiseFwdParams, DepthwiseOut, GpuDepthwise, TileBlock, rows::RowLane};
     use crate::prelude::*;
 
-    impl GpuTileBlock {
+    /// A `Rows` variant's kernel in store mode `MODE`.
+    #[inline(always)]
+    pub fn rows_kernel<const K: usize, const H: usize, const M: usize, const D: usize, const MODE: u32>(
+        p: &DepthwiseFwdParams,
+    ) {
+        let thread = block_idx_x() * 32 * super::rows::ROWS_WARPS + thread_idx_x();
+        let warp = thread / 32;
+        // Whole warps past the planes leave; the rest meet at every shuffle.
+        if p.segments.div_rem(warp).0 * p.planes_per_warp >= p.planes {
+            return;
+        }
+        let at = p.row_coords(warp, thread % 32);
+        super::rows::rows::<K, H, M, D, MODE, _>(&mut GpuDepthwise::new(p), p, at);
+    }
+
+    impl RowLane for GpuDepthwise {
+        #[inline(always)]
+        fn load_row(&mut self, load: bool, offset: u64) -> [f32; 4] {
+            ldg_nc_f32x4_if(load, self.x + 4 * offset)
+        }
+
+        #[inline(always)]
+        fn halo<const H: usize>(
+            &mut self,
+            own: [f32; 4],
+            _: u64,
+            _: bool,
+            first: bool,
+            last: bool,
+        ) -> ([f32; H], [f32; H]) {
+            let (mut left, mut right) = ([0.0f32; H], [0.0f32; H]);
+            for i in 0..H {
+                let (l, r) = (shfl_up_f32(own[4 - H + i], 1), shfl_down_f32(own[i], 1));
+                left[i] = if first { 0.0 } else { l };
+                right[i] = if last { 0.0 } else { r };
+            }
+            (left, right)
+        }
+
+        #[inline(always)]
+        fn tap(&mut self, offset: u64) -> f32 {
+            ldg_nc_f32(self.w + 4 * offset)
+        }
+    }
+
+    impl GpuDepthwise {
         #[inline(always)]
         pub fn new(p: &DepthwiseFwdParams) -> Self {
-            GpuTileBlock {
+            GpuDepthwise {
                 smem: smem_base(),
                 x: to_global(p.x),
                 w: to_global(p.w),
@@ -574,7 +689,24 @@ mod device {
         }
     }
 
-    impl TileBlock for GpuTileBlock {
+    impl DepthwiseOut for GpuDepthwise {
+        #[inline(always)]
+        fn write_y4(&mut self, store: bool, offset: u64, v: [f32; 4]) {
+            stg_f32x4_if(store, self.y + 4 * offset, v);
+        }
+
+        #[inline(always)]
+        fn bias(&mut self, k: u32) -> f32 {
+            self.epilogue.load_bias(k)
+        }
+
+        #[inline(always)]
+        fn residual4(&mut self, load: bool, offset: u64) -> [f32; 4] {
+            ldg_nc_f32x4_if(load, to_global(self.epilogue.residual) + 4 * offset)
+        }
+    }
+
+    impl TileBlock for GpuDepthwise {
         #[inline(always)]
         fn each_thread(&mut self, mut f: impl FnMut(&mut Self, u32)) {
             f(self, thread_idx_x());
@@ -608,21 +740,6 @@ mod device {
         #[inline(always)]
         fn write_y(&mut self, store: bool, offset: u64, v: f32) {
             stg_f32_if(store, self.y + 4 * offset, v);
-        }
-
-        #[inline(always)]
-        fn write_y4(&mut self, store: bool, offset: u64, v: [f32; 4]) {
-            stg_f32x4_if(store, self.y + 4 * offset, v);
-        }
-
-        #[inline(always)]
-        fn bias(&mut self, k: u32) -> f32 {
-            self.epilogue.load_bias(k)
-        }
-
-        #[inline(always)]
-        fn residual4(&mut self, load: bool, offset: u64) -> [f32; 4] {
-            ldg_nc_f32x4_if(load, to_global(self.epilogue.residual) + 4 * offset)
         }
 
         #[inline(always)]

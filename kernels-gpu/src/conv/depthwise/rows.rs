@@ -1,0 +1,179 @@
+//! The depthwise rows program (stride 1, rows of a multiple of 4 and at most 128 floats): a
+//! warp streams whole rows of one or more planes down a segment of the output, with no shared
+//! memory and no barrier. Lane `i` of a plane's `in_w / 4` lanes holds columns `4i .. 4i + 4`
+//! of each input row, read as one 16-byte load [`RowLane::load_row`] issued `D` rows ahead
+//! (a ring of registers); its neighbours' edge columns come by shuffles ([`RowLane::halo`]).
+//! Each input row is added into the `K` output rows it feeds (`K` rows of accumulators, their
+//! slots rotating at compile time: the loop is unrolled by `D`, a multiple of `K`), and the
+//! oldest one, complete, leaves in one 16-byte store through the epilogue.
+//!
+//! Grid: x = block of [`ROWS_WARPS`] warps; a warp's index is `plane_group * segments +
+//! segment` (magic division), its lanes `slot * row_lanes + lane_in_row` (magic division),
+//! plane `plane_group * planes_per_warp + slot`. The per-lane program is generic over
+//! [`RowLane`], so the host's tests run it lane by lane on the CPU.
+
+use super::{DepthwiseFwdParams, DepthwiseOut};
+
+/// Warps per block of the rows program.
+pub const ROWS_WARPS: u32 = 4;
+/// Input (and output) columns per lane: one 16-byte load and store.
+pub const ROW_PX: u32 = 4;
+/// The widest row a warp holds.
+pub const MAX_ROW: u32 = 32 * ROW_PX;
+
+/// Where one lane of the rows program works.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowCoords {
+    /// Input plane (`image * C + channel`).
+    pub plane: u32,
+    /// Whether the lane holds a plane (lanes past the warp's planes or the last plane only
+    /// take part in the shuffles).
+    pub live: bool,
+    /// The lane's place in its plane's row: columns `4 · lane_in_row ..`.
+    pub lane_in_row: u32,
+    /// Output rows `first_row .. end_row` of the plane.
+    pub first_row: u32,
+    pub end_row: u32,
+}
+
+impl DepthwiseFwdParams {
+    /// Where lane `lane` of warp `warp` (from the grid's first) works.
+    #[inline(always)]
+    pub fn row_coords(&self, warp: u32, lane: u32) -> RowCoords {
+        let (group, segment) = self.segments.div_rem(warp);
+        let (slot, lane_in_row) = self.row_lanes.div_rem(lane);
+        let plane = group * self.planes_per_warp + slot;
+        let first_row = segment * self.segment_rows;
+        let end_row =
+            if self.out_h - first_row < self.segment_rows { self.out_h } else { first_row + self.segment_rows };
+        RowCoords { plane, live: slot < self.planes_per_warp && plane < self.planes, lane_in_row, first_row, end_row }
+    }
+}
+
+/// What the rows program does outside its registers: one lane's view.
+pub trait RowLane: DepthwiseOut {
+    /// Input elements `offset .. offset + 4` where `load`, else zeros; issued now, used `D`
+    /// rows later.
+    fn load_row(&mut self, load: bool, offset: u64) -> [f32; 4];
+    /// The left neighbour's last `H` columns and the right neighbour's first `H` of the row
+    /// whose own columns are `own` (at input `offset` where `live`), zeros past the row's
+    /// ends (`first`, `last`: the lane is its plane's first or last). Every lane of the
+    /// warp calls it together.
+    fn halo<const H: usize>(
+        &mut self,
+        own: [f32; 4],
+        offset: u64,
+        live: bool,
+        first: bool,
+        last: bool,
+    ) -> ([f32; H], [f32; H]);
+    /// Filter element `offset`.
+    fn tap(&mut self, offset: u64) -> f32;
+}
+
+/// The rows program of one lane, for filter `K = 2H + 1`, channel multiplier `M`, `D` rows of
+/// loads in flight (a multiple of `K`) and store mode `MODE`.
+// Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+pub fn rows<const K: usize, const H: usize, const M: usize, const D: usize, const MODE: u32, L: RowLane>(
+    l: &mut L,
+    p: &DepthwiseFwdParams,
+    at: RowCoords,
+) {
+    const { assert!(K == 2 * H + 1 && H <= ROW_PX as usize && D.is_multiple_of(K)) };
+    let lanes = p.row_lanes.divisor;
+    let (first, last) = (at.lane_in_row == 0, at.lane_in_row + 1 == lanes);
+    let channel = p.channels.div_rem(at.plane).1;
+    let mut w = [[[0.0f32; K]; K]; M];
+    let mut bias = [0.0f32; M];
+    for m in 0..M {
+        let filter = (channel * M as u32 + m as u32) as u64 * (K * K) as u64;
+        for r in 0..K {
+            for s in 0..K {
+                w[m][r][s] = if at.live { l.tap(filter + (r * K + s) as u64) } else { 0.0 };
+            }
+        }
+        bias[m] = l.bias(channel * M as u32 + m as u32);
+    }
+    // Input row `first_row - pad_h + t` is step t; output row `first_row + j` is complete
+    // after step j + K - 1.
+    let steps = at.end_row - at.first_row + K as u32 - 1;
+    let first_in = at.first_row as i32 - p.pad_h;
+    let column = ROW_PX * at.lane_in_row;
+    let plane_at = at.plane as u64 * p.in_plane as u64 + column as u64;
+    let row_at = |t: u32| {
+        let y = first_in + t as i32;
+        let load = at.live && t < steps && (y as u32) < p.in_h;
+        (load, if load { plane_at + (y as u32 * p.in_w) as u64 } else { 0 })
+    };
+    let mut ring = [[0.0f32; 4]; D];
+    let mut ring_at = [0u64; D];
+    let mut ring_live = [false; D];
+    for d in 0..D {
+        let (load, offset) = row_at(d as u32);
+        ring[d] = l.load_row(load, offset);
+        (ring_at[d], ring_live[d]) = (offset, load);
+    }
+    let ep = &p.epilogue;
+    let out_planes = (at.plane - channel) as u64 * M as u64;
+    let mut acc = [[[0.0f32; 4]; M]; K];
+    let mut t = 0;
+    loop {
+        let mut more = true;
+        crate::unrolled::<D>(
+            #[inline(always)]
+            |u| {
+                if t + u as u32 >= steps {
+                    more = false;
+                    return false;
+                }
+                let own = ring[u];
+                let (left, right) = l.halo::<H>(own, ring_at[u], ring_live[u], first, last);
+                let (load, offset) = row_at(t + (u + D) as u32);
+                ring[u] = l.load_row(load, offset);
+                (ring_at[u], ring_live[u]) = (offset, load);
+                let mut x = [0.0f32; 16];
+                for i in 0..H {
+                    (x[i], x[H + 4 + i]) = (left[i], right[i]);
+                }
+                x[H..H + 4].copy_from_slice(&own);
+                // Step t + u feeds output rows first_row + t + u - fr through filter row fr; rows
+                // before first_row only on the first K - 1 steps.
+                for fr in 0..K {
+                    if u >= fr || t > 0 {
+                        let slot = (u + K - fr) % K;
+                        for m in 0..M {
+                            for i in 0..4 {
+                                for s in 0..K {
+                                    acc[slot][m][i] = crate::fma(x[i + s], w[m][fr][s], acc[slot][m][i]);
+                                }
+                            }
+                        }
+                    }
+                }
+                if t + u as u32 >= K as u32 - 1 {
+                    let done = (u + 1) % K;
+                    let y = at.first_row + t + u as u32 + 1 - K as u32;
+                    for m in 0..M {
+                        let k = channel * M as u32 + m as u32;
+                        let out_plane = out_planes + ep.stored_channel::<MODE>(k) as u64;
+                        let offset = (out_plane * p.out_h as u64 + y as u64) * p.out_w as u64 + column as u64;
+                        let mut v = acc[done][m];
+                        if MODE != crate::conv::epilogue::PLAIN {
+                            let res = l.residual4(at.live && ep.residual != 0, offset);
+                            v = [0, 1, 2, 3].map(|i| ep.apply_in::<MODE>(v[i], bias[m], res[i]));
+                        }
+                        l.write_y4(at.live, offset, v);
+                        acc[done][m] = [0.0; 4];
+                    }
+                }
+                true
+            },
+        );
+        if !more {
+            break;
+        }
+        t += D as u32;
+    }
+}
