@@ -123,26 +123,26 @@ impl TileBlock for CpuBlock<'_> {
 }
 
 impl RowLane for CpuBlock<'_> {
-    fn load_row(&mut self, load: bool, offset: u64) -> [f32; 4] {
-        assert!(offset.is_multiple_of(4), "16-byte load at element {offset}");
+    fn load_row<const N: usize>(&mut self, load: bool, offset: u64) -> [f32; N] {
+        assert!(offset.is_multiple_of(4), "16-byte loads from element {offset}");
         assert!(load || offset == 0, "a predicated-off load from element 0");
-        [0, 1, 2, 3].map(|i| if load { self.x[offset as usize + i] } else { 0.0 })
+        core::array::from_fn(|i| if load { self.x[offset as usize + i] } else { 0.0 })
     }
 
-    fn halo<const H: usize>(
+    fn halo<const N: usize, const L: usize, const R: usize>(
         &mut self,
-        own: [f32; 4],
+        own: [f32; N],
         offset: u64,
         live: bool,
         first: bool,
         last: bool,
-    ) -> ([f32; H], [f32; H]) {
+    ) -> ([f32; L], [f32; R]) {
         if live {
-            assert_eq!(own[..], self.x[offset as usize..offset as usize + 4], "the ring gave another row");
+            assert_eq!(own[..], self.x[offset as usize..offset as usize + N], "the ring gave another row");
         }
         let at = |i: i64| self.x[(offset as i64 + i) as usize];
-        let left = core::array::from_fn(|i| if live && !first { at(i as i64 - H as i64) } else { 0.0 });
-        let right = core::array::from_fn(|i| if live && !last { at(4 + i as i64) } else { 0.0 });
+        let left = core::array::from_fn(|i| if live && !first { at(i as i64 - L as i64) } else { 0.0 });
+        let right = core::array::from_fn(|i| if live && !last { at((N + i) as i64) } else { 0.0 });
         (left, right)
     }
 
@@ -279,12 +279,19 @@ fn every_rows_variant_computes_the_convolution_on_the_cpu() {
     let mut rng = SmallRng::seed_from_u64(12);
     for (i, tile) in DEPTHWISE_FWD_VARIANTS.iter().filter(|t| t.program == DepthwiseProgram::Rows).enumerate() {
         // Rows of 1 to 32 lanes (several planes per warp, lanes left idle), maps as short as
-        // the filter, plane counts that leave the last warp's planes partly empty, random
+        // the filter, odd and even heights at stride 2, plane counts that leave the last warp's planes partly empty, random
         // padding along the height, with and without every epilogue.
-        for (j, w) in [4, 8, 12, 28, 56, 112, 128].into_iter().enumerate() {
+        let lane = 4 * tile.stride as usize;
+        for (j, lanes) in [1, 2, 3, 7, 14, 28, 32].into_iter().enumerate() {
             let h = rng.random_range(tile.filter as usize..=40);
-            let mut conv =
-                depthwise_conv(2, rng.random_range(1..=5), [h, w], tile.filter as usize, 1, tile.multiplier as usize);
+            let mut conv = depthwise_conv(
+                2,
+                rng.random_range(1..=5),
+                [h, lanes * lane],
+                tile.filter as usize,
+                tile.stride as usize,
+                tile.multiplier as usize,
+            );
             conv.pad[0] = rng.random_range(0..=tile.filter as usize / 2);
             assert_eq!(depthwise::unsupported(&conv, tile), None, "{conv}");
             run_on_cpu(&conv, tile, true, true, &Epilogue::NONE);
@@ -310,7 +317,11 @@ fn rows_variants_refuse_what_they_cannot_compute() {
         assert!(depthwise::unsupported(&conv, tile).is_some(), "{why}");
     }
     let strided = depthwise_conv(2, 8, [20, 28], 3, 2, 1);
-    assert!(depthwise::unsupported(&strided, tile).is_some(), "stride 2");
+    assert!(depthwise::unsupported(&strided, tile).is_some(), "stride 2 on a stride-1 variant");
+    let tile_s2 = DEPTHWISE_FWD_VARIANTS.iter().find(|t| t.name == "depthwise_rows_k3_s2_m1").unwrap();
+    assert!(depthwise::unsupported(&strided, tile_s2).is_some(), "a row of 28 is not a multiple of 8");
+    assert_eq!(depthwise::unsupported(&depthwise_conv(2, 8, [20, 256], 3, 2, 1), tile_s2), None);
+    assert!(depthwise::unsupported(&depthwise_conv(2, 8, [20, 264], 3, 2, 1), tile_s2).is_some(), "past 256");
 }
 
 #[test]
@@ -329,12 +340,13 @@ fn the_heuristic_tile_fits_the_map() {
     assert_eq!(pick(14), (DepthwiseProgram::Tiles, 16, 16));
     assert_eq!(pick(130), (DepthwiseProgram::Tiles, 16, 16));
     assert_eq!(pick(18), (DepthwiseProgram::Tiles, 8, 8), "none within the bound: the least covered");
-    // Stride 2 takes tiles.
-    let strided = depthwise_conv(8, 32, [112, 112], 3, 2, 1);
-    assert_eq!(
-        depthwise::choose_tile(&strided, &strided.geometry().unwrap()).unwrap().program,
-        DepthwiseProgram::Tiles
-    );
+    // Stride 2: rows where they are a multiple of 8.
+    let program = |hw| {
+        let conv = depthwise_conv(8, 32, [hw, hw], 3, 2, 1);
+        depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap().program
+    };
+    assert_eq!(program(112), DepthwiseProgram::Rows);
+    assert_eq!(program(28), DepthwiseProgram::Tiles, "a row of 28 is not a multiple of 8");
 }
 
 #[test]

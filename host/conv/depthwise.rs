@@ -10,7 +10,7 @@ use kernels_gpu::{
     conv::depthwise::{
         BLOCK_THREADS, COPY_VECTORS, DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseProgram, DepthwiseTile,
         STORE_VECTORS,
-        rows::{MAX_ROW, ROW_PX, ROWS_WARPS},
+        rows::{ROW_PX, ROWS_WARPS},
     },
 };
 
@@ -54,8 +54,11 @@ pub fn unsupported(conv: &Conv2d, tile: &DepthwiseTile) -> Option<&'static str> 
             return Some("the variant is for another filter size, stride or channel multiplier");
         }
         if tile.program == DepthwiseProgram::Rows {
-            if !conv.w.is_multiple_of(ROW_PX as usize) || conv.w > MAX_ROW as usize {
-                return Some("the rows variants take rows of a multiple of 4 and at most 128 elements");
+            let lane = (ROW_PX * tile.stride) as usize;
+            if !conv.w.is_multiple_of(lane) || conv.w > 32 * lane {
+                return Some(
+                    "the rows variants take rows of a multiple of 4 * stride and at most 128 * stride elements",
+                );
             }
             if 2 * conv.pad[1] + 1 != conv.s {
                 return Some("the rows variants take outputs as wide as the input (padding (S - 1) / 2)");
@@ -78,20 +81,24 @@ pub const SEGMENT_ROWS: usize = 14;
 /// Output rows per warp of a `Rows` variant: the output's rows in equal segments of at most
 /// [`SEGMENT_ROWS`] (or `4 (K - 1)`).
 fn rows_segment(conv: &Conv2d) -> usize {
-    let out_h = (conv.h + 2 * conv.pad[0]).saturating_sub(conv.r) + 1;
+    let out_h = (conv.h + 2 * conv.pad[0]).saturating_sub(conv.r) / conv.stride[0].max(1) + 1;
     let most = SEGMENT_ROWS.max(4 * conv.r.saturating_sub(1));
     out_h.div_ceil(out_h.div_ceil(most).max(1)).max(1)
 }
 
+/// Lanes of one row in a `Rows` launch (1 to 32 where the variant applies).
+fn row_lanes(conv: &Conv2d) -> usize {
+    conv.w.div_ceil(ROW_PX as usize * conv.stride[0].max(1)).clamp(1, 32)
+}
+
 /// Plane groups (warps down one segment) of a `Rows` launch.
 fn plane_groups(conv: &Conv2d) -> usize {
-    let lanes = conv.w.div_ceil(ROW_PX as usize).max(1);
-    (conv.n * conv.c).div_ceil(32 / lanes.min(32))
+    (conv.n * conv.c).div_ceil(32 / row_lanes(conv))
 }
 
 /// Warps of a `Rows` launch with `segment` rows per warp.
 fn rows_warps(conv: &Conv2d, segment: usize) -> Option<usize> {
-    let out_h = (conv.h + 2 * conv.pad[0]).saturating_sub(conv.r) + 1;
+    let out_h = (conv.h + 2 * conv.pad[0]).saturating_sub(conv.r) / conv.stride[0].max(1) + 1;
     plane_groups(conv).checked_mul(out_h.div_ceil(segment.max(1)))
 }
 
@@ -140,7 +147,7 @@ pub fn params(
     let magic = |d: u64| MagicDiv::new(d as u32).expect("validated extents are non-zero");
     let [_, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
     let (row_lanes, segment) = match tile.program {
-        DepthwiseProgram::Rows => (conv.w.div_ceil(ROW_PX as usize).clamp(1, 32), rows_segment(conv)),
+        DepthwiseProgram::Rows => (row_lanes(conv), rows_segment(conv)),
         DepthwiseProgram::Tiles => (1, 1),
     };
     DepthwiseFwdParams {

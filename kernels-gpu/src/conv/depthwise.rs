@@ -89,10 +89,10 @@ pub struct DepthwiseFwdParams {
 pub enum DepthwiseProgram {
     /// A `tile_h x tile_w` tile of several planes per block, through shared memory.
     Tiles,
-    /// Whole rows of a plane per warp, down a segment of the output ([`rows`]): stride 1,
-    /// rows of a multiple of 4 and at most [`rows::MAX_ROW`] floats, output as wide as the
-    /// input, 16-byte aligned tensors. `tile_h` and `tile_w` are then a lane's 1 x 4 outputs,
-    /// and `stride` 1.
+    /// Whole rows of a plane per warp, down a segment of the output ([`rows`]): input rows of a
+    /// multiple of `4·stride` and at most `128·stride` floats, outputs `1 / stride` as wide
+    /// (padding `(S - 1) / 2`), 16-byte aligned tensors. `tile_h` and `tile_w` are then a
+    /// lane's 1 x 4 outputs.
     Rows,
 }
 
@@ -494,7 +494,7 @@ fn window<const K: usize, const ST: usize, B: TileBlock>(b: &mut B, slot: u32, s
 macro_rules! depthwise_fwd_variants {
     (
         tiles: [$(($name:ident, $k:literal, $st:literal, $m:literal, $th:literal, $tw:literal)),* $(,)?],
-        rows: [$(($r_name:ident, $r_k:literal, $r_h:literal, $r_m:literal, $r_d:literal)),* $(,)?] $(,)?
+        rows: [$(($r_name:ident, $r_m:literal, [$r_k:literal, $r_h:literal, $r_st:literal, $r_n:literal, $r_r:literal, $r_s:literal, $r_d:literal])),* $(,)?] $(,)?
     ) => {
         /// Every variant in the PTX, by entry-point name.
         pub const DEPTHWISE_FWD_VARIANTS: &[DepthwiseTile] = &[
@@ -507,7 +507,7 @@ macro_rules! depthwise_fwd_variants {
             },)*
             $(DepthwiseTile {
                 name: stringify!($r_name), program: DepthwiseProgram::Rows, entries: crate::mode_entries!($r_name),
-                filter: $r_k, stride: 1, multiplier: $r_m, tile_h: 1, tile_w: rows::ROW_PX,
+                filter: $r_k, stride: $r_st, multiplier: $r_m, tile_h: 1, tile_w: rows::ROW_PX,
             },)*
         ];
 
@@ -525,7 +525,7 @@ macro_rules! depthwise_fwd_variants {
         pub fn rows_program<L: rows::RowLane>(name: &str) -> Option<fn(&mut L, &DepthwiseFwdParams, rows::RowCoords)> {
             match name {
                 $(stringify!($r_name) => Some(|l, p, at| {
-                    crate::by_mode!(p.epilogue, MODE => rows::rows::<$r_k, $r_h, $r_m, $r_d, MODE, L>(l, p, at))
+                    crate::by_mode!(p.epilogue, MODE => rows::rows::<$r_k, $r_h, $r_st, $r_n, $r_r, $r_s, $r_m, $r_d, MODE, L>(l, p, at))
                 }),)*
                 _ => None,
             }
@@ -541,7 +541,7 @@ macro_rules! depthwise_fwd_variants {
                     super::convolve::<$k, $st, $m, $th, $tw, _>(&mut b, &p, block_idx_x(), p.z_base + block_idx_z());
                 }
             )*
-            $(crate::mode_entry_points!($r_name, super::DepthwiseFwdParams, super::device::rows_kernel, [$r_k, $r_h, $r_m, $r_d]);)*
+            $(crate::mode_entry_points!($r_name, super::DepthwiseFwdParams, super::device::rows_kernel, [$r_k, $r_h, $r_st, $r_n, $r_r, $r_s, $r_m, $r_d]);)*
         }
     };
 }
@@ -597,13 +597,19 @@ depthwise_fwd_variants!(
     (depthwise_k9_s2_m2_16x16, 9, 2, 2, 16, 16),
     (depthwise_k9_s2_m2_8x8, 9, 2, 2, 8, 8),
     ],
-    // Filter, its half, multiplier, rows of loads in flight.
+    // Multiplier; filter K, its half H, stride ST, input columns per lane N = 4·ST, columns
+    // from the right neighbour R = H + 1 - ST, output rows in flight S = ceil(K / ST), rows of
+    // loads in flight D (a multiple of ST·S).
     rows: [
-        (depthwise_rows_k3_m1, 3, 1, 1, 6),
-        (depthwise_rows_k3_m2, 3, 1, 2, 6),
-        (depthwise_rows_k5_m1, 5, 2, 1, 5),
-        (depthwise_rows_k5_m2, 5, 2, 2, 5),
-        (depthwise_rows_k7_m1, 7, 3, 1, 7),
+        (depthwise_rows_k3_m1, 1, [3, 1, 1, 4, 1, 3, 6]),
+        (depthwise_rows_k3_m2, 2, [3, 1, 1, 4, 1, 3, 6]),
+        (depthwise_rows_k5_m1, 1, [5, 2, 1, 4, 2, 5, 5]),
+        (depthwise_rows_k5_m2, 2, [5, 2, 1, 4, 2, 5, 5]),
+        (depthwise_rows_k7_m1, 1, [7, 3, 1, 4, 3, 7, 7]),
+        (depthwise_rows_k3_s2_m1, 1, [3, 1, 2, 8, 0, 2, 4]),
+        (depthwise_rows_k3_s2_m2, 2, [3, 1, 2, 8, 0, 2, 4]),
+        (depthwise_rows_k5_s2_m1, 1, [5, 2, 2, 8, 1, 3, 6]),
+        (depthwise_rows_k7_s2_m1, 1, [7, 3, 2, 8, 2, 4, 8]),
     ],
 );
 
@@ -633,7 +639,17 @@ mod device {
 
     /// A `Rows` variant's kernel in store mode `MODE`.
     #[inline(always)]
-    pub fn rows_kernel<const K: usize, const H: usize, const M: usize, const D: usize, const MODE: u32>(
+    pub fn rows_kernel<
+        const K: usize,
+        const H: usize,
+        const ST: usize,
+        const N: usize,
+        const R: usize,
+        const S: usize,
+        const M: usize,
+        const D: usize,
+        const MODE: u32,
+    >(
         p: &DepthwiseFwdParams,
     ) {
         let thread = block_idx_x() * 32 * super::rows::ROWS_WARPS + thread_idx_x();
@@ -643,29 +659,37 @@ mod device {
             return;
         }
         let at = p.row_coords(warp, thread % 32);
-        super::rows::rows::<K, H, M, D, MODE, _>(&mut GpuDepthwise::new(p), p, at);
+        super::rows::rows::<K, H, ST, N, R, S, M, D, MODE, _>(&mut GpuDepthwise::new(p), p, at);
     }
 
     impl RowLane for GpuDepthwise {
         #[inline(always)]
-        fn load_row(&mut self, load: bool, offset: u64) -> [f32; 4] {
-            ldg_nc_f32x4_if(load, self.x + 4 * offset)
+        fn load_row<const N: usize>(&mut self, load: bool, offset: u64) -> [f32; N] {
+            let mut v = [0.0f32; N];
+            for q in 0..N / 4 {
+                let [a, b, c, d] = ldg_nc_f32x4_if(load, self.x + 4 * (offset + 4 * q as u64));
+                (v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]) = (a, b, c, d);
+            }
+            v
         }
 
         #[inline(always)]
-        fn halo<const H: usize>(
+        fn halo<const N: usize, const L: usize, const R: usize>(
             &mut self,
-            own: [f32; 4],
+            own: [f32; N],
             _: u64,
             _: bool,
             first: bool,
             last: bool,
-        ) -> ([f32; H], [f32; H]) {
-            let (mut left, mut right) = ([0.0f32; H], [0.0f32; H]);
-            for i in 0..H {
-                let (l, r) = (shfl_up_f32(own[4 - H + i], 1), shfl_down_f32(own[i], 1));
-                left[i] = if first { 0.0 } else { l };
-                right[i] = if last { 0.0 } else { r };
+        ) -> ([f32; L], [f32; R]) {
+            let (mut left, mut right) = ([0.0f32; L], [0.0f32; R]);
+            for i in 0..L {
+                let v = shfl_up_f32(own[N - L + i], 1);
+                left[i] = if first { 0.0 } else { v };
+            }
+            for i in 0..R {
+                let v = shfl_down_f32(own[i], 1);
+                right[i] = if last { 0.0 } else { v };
             }
             (left, right)
         }

@@ -1,11 +1,12 @@
-//! The depthwise rows program (stride 1, rows of a multiple of 4 and at most 128 floats): a
-//! warp streams whole rows of one or more planes down a segment of the output, with no shared
-//! memory and no barrier. Lane `i` of a plane's `in_w / 4` lanes holds columns `4i .. 4i + 4`
-//! of each input row, read as one 16-byte load [`RowLane::load_row`] issued `D` rows ahead
-//! (a ring of registers); its neighbours' edge columns come by shuffles ([`RowLane::halo`]).
-//! Each input row is added into the `K` output rows it feeds (`K` rows of accumulators, their
-//! slots rotating at compile time: the loop is unrolled by `D`, a multiple of `K`), and the
-//! oldest one, complete, leaves in one 16-byte store through the epilogue.
+//! The depthwise rows program (stride `ST` of 1 or 2, input rows of a multiple of `4·ST` and at
+//! most `128·ST` floats, outputs `in_w / ST` wide): a warp streams whole rows of one or more
+//! planes down a segment of the output, with no shared memory and no barrier. Lane `i` of a
+//! plane's `in_w / (4·ST)` lanes holds input columns `4·ST·i ..` of each row (`N = 4·ST` of
+//! them, 16-byte loads [`RowLane::load_row`] issued `D` rows ahead, a ring of registers) and
+//! computes output columns `4i .. 4i + 4`; its neighbours' edge columns come by shuffles
+//! ([`RowLane::halo`]). Each input row is added into the output rows it feeds (`S` rows of
+//! accumulators, their slots rotating at compile time: the loop is unrolled by `D`, a multiple
+//! of `ST·S`), and the oldest, complete, leaves in one 16-byte store through the epilogue.
 //!
 //! Grid: x = block of [`ROWS_WARPS`] warps; a warp's index is `plane_group * segments +
 //! segment` (magic division), its lanes `slot * row_lanes + lane_in_row` (magic division),
@@ -16,10 +17,8 @@ use super::{DepthwiseFwdParams, DepthwiseOut};
 
 /// Warps per block of the rows program.
 pub const ROWS_WARPS: u32 = 4;
-/// Input (and output) columns per lane: one 16-byte load and store.
+/// Output columns per lane: one 16-byte store (input columns: `ROW_PX · stride`).
 pub const ROW_PX: u32 = 4;
-/// The widest row a warp holds.
-pub const MAX_ROW: u32 = 32 * ROW_PX;
 
 /// Where one lane of the rows program works.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,36 +51,52 @@ impl DepthwiseFwdParams {
 
 /// What the rows program does outside its registers: one lane's view.
 pub trait RowLane: DepthwiseOut {
-    /// Input elements `offset .. offset + 4` where `load`, else zeros; issued now, used `D`
-    /// rows later.
-    fn load_row(&mut self, load: bool, offset: u64) -> [f32; 4];
-    /// The left neighbour's last `H` columns and the right neighbour's first `H` of the row
+    /// Input elements `offset .. offset + N` (`N` a multiple of 4) where `load`, else zeros,
+    /// by 16-byte loads; issued now, used `D` rows later.
+    fn load_row<const N: usize>(&mut self, load: bool, offset: u64) -> [f32; N];
+    /// The left neighbour's last `L` columns and the right neighbour's first `R` of the row
     /// whose own columns are `own` (at input `offset` where `live`), zeros past the row's
     /// ends (`first`, `last`: the lane is its plane's first or last). Every lane of the
     /// warp calls it together.
-    fn halo<const H: usize>(
+    fn halo<const N: usize, const L: usize, const R: usize>(
         &mut self,
-        own: [f32; 4],
+        own: [f32; N],
         offset: u64,
         live: bool,
         first: bool,
         last: bool,
-    ) -> ([f32; H], [f32; H]);
+    ) -> ([f32; L], [f32; R]);
     /// Filter element `offset`.
     fn tap(&mut self, offset: u64) -> f32;
 }
 
-/// The rows program of one lane, for filter `K = 2H + 1`, channel multiplier `M`, `D` rows of
-/// loads in flight (a multiple of `K`) and store mode `MODE`.
+/// The rows program of one lane, for filter `K = 2H + 1`, stride `ST` (`N = 4·ST` input
+/// columns per lane, `R = H + 1 - ST` of them from the right neighbour, `S = ceil(K / ST)`
+/// output rows in flight), channel multiplier `M`, `D` rows of loads in flight (a multiple of
+/// `ST·S`) and store mode `MODE`.
 // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-pub fn rows<const K: usize, const H: usize, const M: usize, const D: usize, const MODE: u32, L: RowLane>(
+pub fn rows<
+    const K: usize,
+    const H: usize,
+    const ST: usize,
+    const N: usize,
+    const R: usize,
+    const S: usize,
+    const M: usize,
+    const D: usize,
+    const MODE: u32,
+    L: RowLane,
+>(
     l: &mut L,
     p: &DepthwiseFwdParams,
     at: RowCoords,
 ) {
-    const { assert!(K == 2 * H + 1 && H <= ROW_PX as usize && D.is_multiple_of(K)) };
+    const {
+        assert!(K == 2 * H + 1 && N == 4 * ST && R + ST == H + 1 && S == K.div_ceil(ST));
+        assert!(H <= 4 && N + H + R <= 16 && D.is_multiple_of(ST * S));
+    };
     let lanes = p.row_lanes.divisor;
     let (first, last) = (at.lane_in_row == 0, at.lane_in_row + 1 == lanes);
     let channel = p.channels.div_rem(at.plane).1;
@@ -96,28 +111,28 @@ pub fn rows<const K: usize, const H: usize, const M: usize, const D: usize, cons
         }
         bias[m] = l.bias(channel * M as u32 + m as u32);
     }
-    // Input row `first_row - pad_h + t` is step t; output row `first_row + j` is complete
-    // after step j + K - 1.
-    let steps = at.end_row - at.first_row + K as u32 - 1;
-    let first_in = at.first_row as i32 - p.pad_h;
+    // Input row `ST·first_row - pad_h + t` is step t; output row `first_row + j` is complete
+    // after step ST·j + K - 1.
+    let steps = ST as u32 * (at.end_row - at.first_row - 1) + K as u32;
+    let first_in = (ST as u32 * at.first_row) as i32 - p.pad_h;
     let column = ROW_PX * at.lane_in_row;
-    let plane_at = at.plane as u64 * p.in_plane as u64 + column as u64;
+    let plane_at = at.plane as u64 * p.in_plane as u64 + (ST as u32 * column) as u64;
     let row_at = |t: u32| {
         let y = first_in + t as i32;
         let load = at.live && t < steps && (y as u32) < p.in_h;
         (load, if load { plane_at + (y as u32 * p.in_w) as u64 } else { 0 })
     };
-    let mut ring = [[0.0f32; 4]; D];
+    let mut ring = [[0.0f32; N]; D];
     let mut ring_at = [0u64; D];
     let mut ring_live = [false; D];
     for d in 0..D {
         let (load, offset) = row_at(d as u32);
-        ring[d] = l.load_row(load, offset);
+        ring[d] = l.load_row::<N>(load, offset);
         (ring_at[d], ring_live[d]) = (offset, load);
     }
     let ep = &p.epilogue;
     let out_planes = (at.plane - channel) as u64 * M as u64;
-    let mut acc = [[[0.0f32; 4]; M]; K];
+    let mut acc = [[[0.0f32; 4]; M]; S];
     let mut t = 0;
     loop {
         let mut more = true;
@@ -129,32 +144,33 @@ pub fn rows<const K: usize, const H: usize, const M: usize, const D: usize, cons
                     return false;
                 }
                 let own = ring[u];
-                let (left, right) = l.halo::<H>(own, ring_at[u], ring_live[u], first, last);
+                let (left, right) = l.halo::<N, H, R>(own, ring_at[u], ring_live[u], first, last);
                 let (load, offset) = row_at(t + (u + D) as u32);
-                ring[u] = l.load_row(load, offset);
+                ring[u] = l.load_row::<N>(load, offset);
                 (ring_at[u], ring_live[u]) = (offset, load);
+                // Input columns ST·column - H + i of the lane's outputs' windows.
                 let mut x = [0.0f32; 16];
-                for i in 0..H {
-                    (x[i], x[H + 4 + i]) = (left[i], right[i]);
-                }
-                x[H..H + 4].copy_from_slice(&own);
-                // Step t + u feeds output rows first_row + t + u - fr through filter row fr; rows
-                // before first_row only on the first K - 1 steps.
+                x[..H].copy_from_slice(&left);
+                x[H..H + N].copy_from_slice(&own);
+                x[H + N..H + N + R].copy_from_slice(&right);
+                // Step t + u feeds output row first_row + (t + u - fr) / ST through filter row fr
+                // where ST divides t + u - fr (t is a multiple of ST·S); rows before first_row
+                // only on the first K - 1 steps.
                 for fr in 0..K {
-                    if u >= fr || t > 0 {
-                        let slot = (u + K - fr) % K;
+                    if (u + ST * S - fr).is_multiple_of(ST) && (u >= fr || t > 0) {
+                        let slot = (u + ST * S - fr) / ST % S;
                         for m in 0..M {
                             for i in 0..4 {
                                 for s in 0..K {
-                                    acc[slot][m][i] = crate::fma(x[i + s], w[m][fr][s], acc[slot][m][i]);
+                                    acc[slot][m][i] = crate::fma(x[ST * i + s], w[m][fr][s], acc[slot][m][i]);
                                 }
                             }
                         }
                     }
                 }
-                if t + u as u32 >= K as u32 - 1 {
-                    let done = (u + 1) % K;
-                    let y = at.first_row + t + u as u32 + 1 - K as u32;
+                if (u + ST * S - (K - 1)).is_multiple_of(ST) && t + u as u32 >= K as u32 - 1 {
+                    let done = (u + ST * S - (K - 1)) / ST % S;
+                    let y = at.first_row + (t + u as u32 + 1 - K as u32) / ST as u32;
                     for m in 0..M {
                         let k = channel * M as u32 + m as u32;
                         let out_plane = out_planes + ep.stored_channel::<MODE>(k) as u64;
