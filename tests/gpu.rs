@@ -22,7 +22,7 @@ use convkit::{
     },
 };
 use cudarc::driver::{CudaSlice, CudaViewMut};
-use kernels_gpu::{random::mix, verify::Tolerance};
+use kernels_gpu::{conv::depthwise::DepthwiseProgram, random::mix, verify::Tolerance};
 use std::{
     sync::{Mutex, MutexGuard},
     time::Duration,
@@ -211,23 +211,33 @@ fn guarded_outputs(
 fn depthwise_variants_write_all_of_their_output_and_nothing_else() {
     let gpu = gpu();
     let stream = gpu.stream();
+    // Each shape, and whether a rows variant computes it (rows of a multiple of 4·stride).
     let shapes = [
         // Edge tiles on both sides, planes that leave the last block partly empty, K = 2C.
-        "n=3,c=5,h=37,w=45,k=5,r=3,s=3,pad=1,groups=5",
-        "n=2,c=7,h=20,w=29,k=14,r=5,s=5,pad=1x2,stride=2,groups=7",
-        "n=1,c=3,h=70,w=66,k=3,r=7,s=7,pad=3,groups=3",
-        "n=2,c=4,h=9,w=12,k=8,r=9,s=9,pad=4x0,stride=2,groups=4",
-        // More planes than the grid's z holds for one-plane blocks: several launches.
-        "n=2,c=40000,h=4,w=4,k=40000,r=3,s=3,pad=1,groups=40000",
+        ("n=3,c=5,h=37,w=45,k=5,r=3,s=3,pad=1,groups=5", false),
+        ("n=2,c=7,h=20,w=29,k=14,r=5,s=5,pad=1x2,stride=2,groups=7", false),
+        ("n=1,c=3,h=70,w=66,k=3,r=7,s=7,pad=3,groups=3", false),
+        ("n=2,c=4,h=9,w=12,k=8,r=9,s=9,pad=4x0,stride=2,groups=4", false),
+        // More planes than the grid's z holds for one-plane blocks: several launches; whole
+        // rows of one lane, 32 planes per warp.
+        ("n=2,c=40000,h=4,w=4,k=40000,r=3,s=3,pad=1,groups=40000", true),
+        // Rows: two planes per warp with lanes left idle, segments down the map, K = 2C, 32
+        // lanes of 8 columns at stride 2, odd heights.
+        ("n=3,c=5,h=37,w=44,k=5,r=3,s=3,pad=1,groups=5", true),
+        ("n=2,c=7,h=21,w=24,k=14,r=5,s=5,pad=2,groups=7", true),
+        ("n=2,c=6,h=19,w=48,k=6,r=7,s=7,pad=3,stride=2,groups=6", true),
+        ("n=1,c=5,h=13,w=256,k=10,r=3,s=3,pad=1,stride=2,groups=5", true),
     ];
-    for (seed, spec) in shapes.into_iter().enumerate() {
+    for (seed, (spec, rows)) in shapes.into_iter().enumerate() {
         let conv: Conv2d = spec.parse().unwrap();
         let geom = conv.geometry().unwrap();
         let (x_host, w_host, x, w) = inputs(&gpu, &conv, 20 + seed as u64);
         let want = reference::cpu_reference(&conv, &x_host, &w_host).unwrap();
         let bound = Tolerance::f32_sum(geom.taps(&conv) as u64);
         let tiles: Vec<_> = convkit::depthwise::supporting_variants(&conv).collect();
-        assert_eq!(tiles.len(), 3, "{spec}: every tile size computes it");
+        let program = |p| tiles.iter().filter(|t| t.program == p).count();
+        assert_eq!(program(DepthwiseProgram::Tiles), 3, "{spec}: every tile size computes it");
+        assert_eq!(program(DepthwiseProgram::Rows), rows as usize, "{spec}: rows variants");
         for tile in tiles {
             let what = format!("{} on {spec}", tile.name);
             for (offset, got) in guarded_outputs(&gpu, geom.y_len, &what, |y| {
