@@ -121,6 +121,12 @@ pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry) -> Result<DepthwiseTile> 
     if let Some(rows) = supporting_variants(conv).find(|t| t.program == DepthwiseProgram::Rows) {
         return Ok(*rows);
     }
+    Ok(tiles_variant(conv, geom))
+}
+
+/// The `Tiles` variant for a layer the depthwise kernel computes: the largest tile that covers
+/// at most [`MAX_COVER`] times the output's area, else the one that covers the least.
+fn tiles_variant(conv: &Conv2d, geom: &ConvGeometry) -> DepthwiseTile {
     let cover = |t: &DepthwiseTile| {
         let [down, across] = t.tiles(geom.out_h as u64, geom.out_w as u64);
         (down * across * (t.tile_h * t.tile_w) as u64) as f64 / (geom.out_h * geom.out_w) as f64
@@ -129,7 +135,7 @@ pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry) -> Result<DepthwiseTile> 
     let tiles = || supporting_variants(conv).filter(|t| t.program == DepthwiseProgram::Tiles);
     let largest = tiles().filter(|t| cover(t) <= MAX_COVER).max_by_key(area);
     let tile = largest.or_else(|| tiles().min_by(|a, b| cover(a).total_cmp(&cover(b))));
-    Ok(*tile.expect("every filter, stride and multiplier offered comes in every tile size"))
+    *tile.expect("every filter, stride and multiplier offered comes in every tile size")
 }
 
 /// The kernel parameters for `conv` with `tile`; the addresses are filled in at launch.
@@ -204,7 +210,8 @@ pub fn forward_with(
 }
 
 /// `y = epilogue(conv(x, w))` on `stream` with an explicit variant, the epilogue fused into
-/// the kernel's stores.
+/// the kernel's stores. A `Rows` variant runs the layer's `Tiles` variant instead where `x`,
+/// `y` or the residual is not 16-byte aligned.
 #[allow(clippy::too_many_arguments)] // forward_with's, and the epilogue
 pub fn forward_fused(
     gpu: &Gpu,
@@ -225,6 +232,14 @@ pub fn forward_fused(
     }
     if let Some(reason) = unsupported(conv, tile) {
         return Err(Error::UnsupportedTile { tile: tile.name, reason });
+    }
+    if tile.program == DepthwiseProgram::Rows {
+        // Rows read and write 16-byte pieces; tiles take any alignment.
+        let aligned = |p: u64| p.is_multiple_of(16);
+        let residual_aligned = epilogue.residual.is_none_or(|r| aligned(r.device_ptr(stream).0));
+        if !(aligned(x.device_ptr(stream).0) && aligned(y.device_ptr_mut(stream).0) && residual_aligned) {
+            return forward_fused(gpu, stream, conv, &tiles_variant(conv, &geom), x, w, y, epilogue);
+        }
     }
     // Tiles: x = a plane's tiles, z = plane groups (split into launches); rows: x = blocks
     // of whole warps.
@@ -265,12 +280,6 @@ pub fn forward_fused(
         // 16-byte stores read the residual in 16-byte pieces at the same offsets.
         let residual_aligned = epilogue.residual.is_none_or(|r| r.device_ptr(stream).0.is_multiple_of(16));
         let (x_aligned, y_aligned) = (x_ptr.is_multiple_of(16), y_ptr.is_multiple_of(16) && residual_aligned);
-        if tile.program == DepthwiseProgram::Rows && !(x_aligned && y_aligned) {
-            return Err(Error::UnsupportedTile {
-                tile: tile.name,
-                reason: "the rows variants read and write 16-byte pieces: x, y and the residual 16-byte aligned",
-            });
-        }
         let mut p = params(conv, &geom, tile, x_aligned, y_aligned);
         (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
         // Safety: the buffers were checked to hold exactly the shape's extents, which

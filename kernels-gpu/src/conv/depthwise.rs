@@ -91,8 +91,8 @@ pub enum DepthwiseProgram {
     Tiles,
     /// Whole rows of a plane per warp, down a segment of the output ([`rows`]): input rows of a
     /// multiple of `4·stride` and at most `128·stride` floats, outputs `1 / stride` as wide
-    /// (padding `(S - 1) / 2`), 16-byte aligned tensors. `tile_h` and `tile_w` are then a
-    /// lane's 1 x 4 outputs.
+    /// (padding `(S - 1) / 2`), 16-byte aligned tensors (elsewhere the launcher runs the
+    /// layer's `Tiles` variant). `tile_h` and `tile_w` are then a lane's 1 x 4 outputs.
     Rows,
 }
 
