@@ -327,14 +327,21 @@ fn rows_variants_refuse_what_they_cannot_compute() {
 #[test]
 fn the_heuristic_tile_fits_the_map() {
     let pick = |hw| {
-        let conv = depthwise_conv(8, 32, [hw, hw], 3, 1, 1);
+        let conv = depthwise_conv(64, 32, [hw, hw], 3, 1, 1);
         let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
         (tile.program, tile.tile_h, tile.tile_w)
     };
-    // Whole rows where they apply: rows of a multiple of 4, at most 128 wide.
-    for hw in [8, 20, 28, 56, 64, 112, 128] {
+    // Whole rows where they apply (rows of a multiple of 4, at most 128 wide) and the launch
+    // has MIN_ROWS_WARPS warps (64 x 32 planes here, segments of 14 rows at most).
+    for hw in [28, 56, 64, 112, 128] {
         assert_eq!(pick(hw).0, DepthwiseProgram::Rows, "{hw}");
     }
+    for hw in [8, 20] {
+        assert_eq!(pick(hw).0, DepthwiseProgram::Tiles, "{hw}: too few warps");
+    }
+    let one_image = depthwise_conv(1, 32, [112, 112], 3, 1, 1);
+    let tile = depthwise::choose_tile(&one_image, &one_image.geometry().unwrap()).unwrap();
+    assert_eq!(tile.program, DepthwiseProgram::Tiles, "N = 1: 256 warps of rows");
     // Else the largest tile that wastes at most MAX_COVER of the output area.
     assert_eq!(pick(7), (DepthwiseProgram::Tiles, 8, 8));
     assert_eq!(pick(14), (DepthwiseProgram::Tiles, 16, 16));
@@ -342,7 +349,7 @@ fn the_heuristic_tile_fits_the_map() {
     assert_eq!(pick(18), (DepthwiseProgram::Tiles, 8, 8), "none within the bound: the least covered");
     // Stride 2: rows where they are a multiple of 8.
     let program = |hw| {
-        let conv = depthwise_conv(8, 32, [hw, hw], 3, 2, 1);
+        let conv = depthwise_conv(64, 32, [hw, hw], 3, 2, 1);
         depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap().program
     };
     assert_eq!(program(112), DepthwiseProgram::Rows);

@@ -118,11 +118,19 @@ pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry) -> Result<DepthwiseTile> 
     if let Some(reason) = layer_unsupported(conv) {
         return Err(Error::Unsupported { algorithm: "depthwise", reason: reason.to_owned() });
     }
-    if let Some(rows) = supporting_variants(conv).find(|t| t.program == DepthwiseProgram::Rows) {
+    let enough_warps = rows_warps(conv, rows_segment(conv)).is_some_and(|w| w >= MIN_ROWS_WARPS);
+    if let Some(rows) = supporting_variants(conv).find(|t| t.program == DepthwiseProgram::Rows && enough_warps) {
         return Ok(*rows);
     }
     Ok(tiles_variant(conv, geom))
 }
+
+/// Warps from which the heuristic takes a `Rows` variant over the tiles: on the H200 the rows
+/// won with 1024 warps and more (a 5x5 multiplier-2 layer on 28-wide maps, 1024 warps: 0.016
+/// against 0.017 ms; 3072 to 18 432 warps: 1.1-1.9x) and lost with 144 and 256 (N = 1, 7x7 on
+/// a 56-wide map and 3x3 on a 112-wide one: 0.010 and 0.011 ms, where the tiles took 0.007
+/// and 0.006 ms in an earlier run): a few warps per SM cannot keep enough loads in flight.
+pub const MIN_ROWS_WARPS: usize = 1024;
 
 /// The `Tiles` variant for a layer the depthwise kernel computes: the largest tile that covers
 /// at most [`MAX_COVER`] times the output's area, else the one that covers the least.
