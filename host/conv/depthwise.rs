@@ -63,8 +63,7 @@ pub fn unsupported(conv: &Conv2d, tile: &DepthwiseTile) -> Option<&'static str> 
             if 2 * conv.pad[1] + 1 != conv.s {
                 return Some("the rows variants take outputs as wide as the input (padding (S - 1) / 2)");
             }
-            // Each lane's thread index is 32 bits: 2^27 warps at most.
-            if rows_warps(conv, rows_segment(conv)).is_none_or(|w| w > 1 << 27) {
+            if rows_grid(conv).is_none() {
                 return Some("more than 2^27 warps of rows");
             }
         }
@@ -78,12 +77,15 @@ pub fn unsupported(conv: &Conv2d, tile: &DepthwiseTile) -> Option<&'static str> 
 /// than it outputs). Larger filters take segments of at least 4 (K - 1) rows.
 pub const SEGMENT_ROWS: usize = 14;
 
-/// Output rows per warp of a `Rows` variant: the output's rows in equal segments of at most
-/// [`SEGMENT_ROWS`] (or `4 (K - 1)`).
-fn rows_segment(conv: &Conv2d) -> usize {
-    let out_h = (conv.h + 2 * conv.pad[0]).saturating_sub(conv.r) / conv.stride[0].max(1) + 1;
-    let most = SEGMENT_ROWS.max(4 * conv.r.saturating_sub(1));
-    out_h.div_ceil(out_h.div_ceil(most).max(1)).max(1)
+/// A `Rows` launch: output rows per warp (the output's rows in equal segments of at most
+/// [`SEGMENT_ROWS`], or `4 (K - 1)`) and warps. `None` for a layer without a geometry or past
+/// 2^27 warps (each lane's thread index is 32 bits).
+fn rows_grid(conv: &Conv2d) -> Option<(usize, usize)> {
+    let out_h = conv.geometry().ok()?.out_h;
+    let most = SEGMENT_ROWS.max(4 * (conv.r - 1));
+    let segment = out_h.div_ceil(out_h.div_ceil(most));
+    let warps = plane_groups(conv).checked_mul(out_h.div_ceil(segment))?;
+    (warps <= 1 << 27).then_some((segment, warps))
 }
 
 /// Lanes of one row in a `Rows` launch (1 to 32 where the variant applies).
@@ -94,12 +96,6 @@ fn row_lanes(conv: &Conv2d) -> usize {
 /// Plane groups (warps down one segment) of a `Rows` launch.
 fn plane_groups(conv: &Conv2d) -> usize {
     (conv.n * conv.c).div_ceil(32 / row_lanes(conv))
-}
-
-/// Warps of a `Rows` launch with `segment` rows per warp.
-fn rows_warps(conv: &Conv2d, segment: usize) -> Option<usize> {
-    let out_h = (conv.h + 2 * conv.pad[0]).saturating_sub(conv.r) / conv.stride[0].max(1) + 1;
-    plane_groups(conv).checked_mul(out_h.div_ceil(segment.max(1)))
 }
 
 /// The variants that can compute `conv`.
@@ -118,7 +114,7 @@ pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry) -> Result<DepthwiseTile> 
     if let Some(reason) = layer_unsupported(conv) {
         return Err(Error::Unsupported { algorithm: "depthwise", reason: reason.to_owned() });
     }
-    let enough_warps = rows_warps(conv, rows_segment(conv)).is_some_and(|w| w >= MIN_ROWS_WARPS);
+    let enough_warps = rows_grid(conv).is_some_and(|(_, warps)| warps >= MIN_ROWS_WARPS);
     if let Some(rows) = supporting_variants(conv).find(|t| t.program == DepthwiseProgram::Rows && enough_warps) {
         return Ok(*rows);
     }
@@ -161,7 +157,8 @@ pub fn params(
     let magic = |d: u64| MagicDiv::new(d as u32).expect("validated extents are non-zero");
     let [_, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
     let (row_lanes, segment) = match tile.program {
-        DepthwiseProgram::Rows => (row_lanes(conv), rows_segment(conv)),
+        // A layer the variant does not compute gets a grid of one row (the launcher refuses it).
+        DepthwiseProgram::Rows => (row_lanes(conv), rows_grid(conv).map_or(1, |(segment, _)| segment)),
         DepthwiseProgram::Tiles => (1, 1),
     };
     DepthwiseFwdParams {
@@ -271,7 +268,7 @@ pub fn forward_fused(
             })
         }
         DepthwiseProgram::Rows => {
-            let warps = rows_warps(conv, rows_segment(conv)).expect("unsupported() bounds the warps");
+            let (_, warps) = rows_grid(conv).expect("unsupported() checked the rows grid");
             Grid::Warps(LaunchConfig {
                 grid_dim: (warps.div_ceil(ROWS_WARPS as usize) as u32, 1, 1),
                 block_dim: (32 * ROWS_WARPS, 1, 1),

@@ -123,12 +123,9 @@ pub fn rows<
         (load, if load { plane_at + (y as u32 * p.in_w) as u64 } else { 0 })
     };
     let mut ring = [[0.0f32; N]; D];
-    let mut ring_at = [0u64; D];
-    let mut ring_live = [false; D];
     for d in 0..D {
         let (load, offset) = row_at(d as u32);
         ring[d] = l.load_row::<N>(load, offset);
-        (ring_at[d], ring_live[d]) = (offset, load);
     }
     let ep = &p.epilogue;
     let out_planes = (at.plane - channel) as u64 * M as u64;
@@ -144,10 +141,10 @@ pub fn rows<
                     return false;
                 }
                 let own = ring[u];
-                let (left, right) = l.halo::<N, H, R>(own, ring_at[u], ring_live[u], first, last);
+                let (live, at_row) = row_at(t + u as u32);
+                let (left, right) = l.halo::<N, H, R>(own, at_row, live, first, last);
                 let (load, offset) = row_at(t + (u + D) as u32);
                 ring[u] = l.load_row::<N>(load, offset);
-                (ring_at[u], ring_live[u]) = (offset, load);
                 // Input columns ST·column - H + i of the lane's outputs' windows.
                 let mut x = [0.0f32; 16];
                 x[..H].copy_from_slice(&left);
