@@ -36,7 +36,7 @@ pub mod timing;
 pub use conv::{depthwise, direct};
 pub use error::{Error, Result};
 pub use gpu::{Gpu, pick_ptx};
-pub use problem::{Conv2d, ConvGeometry};
+pub use problem::{Conv2d, ConvGeometry, TensorLayout};
 
 /// The PTX modules built by `build.rs`, one per architecture in `CONVKIT_CUDA_ARCH`.
 pub mod ptx {

@@ -5,8 +5,9 @@ use crate::{Error, Result};
 use kernels_gpu::geometry::out_extent;
 use std::{fmt, str::FromStr};
 
-/// A 2-D forward convolution, NCHW input `[n, c, h, w]`, KCRS filter `[k, c/groups, r, s]`,
-/// NCHW output `[n, k, out_h, out_w]`. Cross-correlation, as cuDNN and PyTorch compute it.
+/// A 2-D forward convolution, input `[n, c, h, w]`, filter `[k, c/groups, r, s]`, output
+/// `[n, k, out_h, out_w]`, stored in the order [`TensorLayout`] names. Cross-correlation, as
+/// cuDNN and PyTorch compute it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conv2d {
     /// A label for tables; not part of the math.
@@ -23,6 +24,28 @@ pub struct Conv2d {
     pub stride: [usize; 2],
     pub dilation: [usize; 2],
     pub groups: usize,
+    pub layout: TensorLayout,
+}
+
+/// How the tensors of a [`Conv2d`] lie in memory (each packed, no padding between elements).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TensorLayout {
+    /// Input NCHW, filter KCRS, output NCHW: PyTorch's default (contiguous) tensors.
+    #[default]
+    Nchw,
+    /// Channels last: input NHWC, filter KRSC (`[k][r][s][c/groups]`), output NHWC, as PyTorch's
+    /// `channels_last` tensors and cuDNN's NHWC descriptors store them. For depthwise layers
+    /// (one input channel per group) the filter is the same as KCRS.
+    Nhwc,
+}
+
+impl TensorLayout {
+    pub const fn name(self) -> &'static str {
+        match self {
+            TensorLayout::Nchw => "nchw",
+            TensorLayout::Nhwc => "nhwc",
+        }
+    }
 }
 
 /// A validated [`Conv2d`] with the sizes derived from it.
@@ -63,7 +86,21 @@ const MAX_PADDED: usize = 1 << 30;
 impl Conv2d {
     /// A `c -> k` convolution with an `r x s` filter, batch 1, stride 1, no padding, dense.
     pub fn new(c: usize, h: usize, w: usize, k: usize, r: usize, s: usize) -> Self {
-        Conv2d { name: None, n: 1, c, h, w, k, r, s, pad: [0, 0], stride: [1, 1], dilation: [1, 1], groups: 1 }
+        Conv2d {
+            name: None,
+            n: 1,
+            c,
+            h,
+            w,
+            k,
+            r,
+            s,
+            pad: [0, 0],
+            stride: [1, 1],
+            dilation: [1, 1],
+            groups: 1,
+            layout: TensorLayout::Nchw,
+        }
     }
 
     /// Checks every field and derives the output size; the error names the offending field.
@@ -160,7 +197,8 @@ fn factors_text(factors: &[usize]) -> String {
     factors.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("*")
 }
 
-/// Prints the canonical spec: every field, `AxB` where height and width differ.
+/// Prints the canonical spec: every field, `AxB` where height and width differ; the layout only
+/// where it is not the default NCHW (so NCHW specs read as they always have).
 impl fmt::Display for Conv2d {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let pair = |[a, b]: [usize; 2]| if a == b { a.to_string() } else { format!("{a}x{b}") };
@@ -181,7 +219,11 @@ impl fmt::Display for Conv2d {
             pair(self.stride),
             pair(self.dilation),
             self.groups
-        )
+        )?;
+        if self.layout != TensorLayout::Nchw {
+            write!(f, ",layout={}", self.layout.name())?;
+        }
+        Ok(())
     }
 }
 
@@ -193,7 +235,8 @@ keys: n (batch, default 1), c (input channels, required), h (input height, requi
   w (input width, default h), k (output channels, default c), r (filter height, required),
   s (filter width, default r), pad / stride / dil (one number, or HxW such as 1x2;
   also pad_h, pad_w, stride_h, stride_w, dil_h, dil_w), groups (default 1; must divide
-  c and k; groups=c is depthwise), name (a label for tables).
+  c and k; groups=c is depthwise), layout (nchw, the default, or nhwc: channels last, the
+  filter then KRSC), name (a label for tables).
 A suite file holds one shape per line; blank lines and text after # are ignored.";
 
 impl FromStr for Conv2d {
@@ -227,6 +270,13 @@ impl FromStr for Conv2d {
                 "dil" | "dilation" => conv.dilation = parse_pair("dil", value)?,
                 "dil_h" => conv.dilation[0] = one("dil_h")?,
                 "dil_w" => conv.dilation[1] = one("dil_w")?,
+                "layout" => {
+                    conv.layout = match value {
+                        "nchw" => TensorLayout::Nchw,
+                        "nhwc" => TensorLayout::Nhwc,
+                        _ => return Err(Error::invalid("layout", format!("`{value}` is not nchw or nhwc"))),
+                    }
+                }
                 _ => return Err(Error::invalid("shape", format!("unknown key `{key}` in `{item}`"))),
             }
         }

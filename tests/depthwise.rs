@@ -9,15 +9,20 @@ mod common;
 
 use common::{SharedMemory, assert_within_bound, mark_written};
 use convkit::{
-    Conv2d, Error,
+    Conv2d, Error, TensorLayout,
     conv::epilogue::{Activation, Epilogue},
     depthwise,
     harness::reference::{cpu_reference, host_uniform, with_epilogue},
 };
 use kernels_gpu::{
+    MagicDiv,
     conv::depthwise::{
-        DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseOut, DepthwiseProgram, DepthwiseTile, TileBlock, program,
-        rows::RowLane, rows_program,
+        DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseOut, DepthwiseProgram, DepthwiseTile, TileBlock,
+        channels_program,
+        nhwc::{DepthwiseNhwcParams, NhwcLane},
+        program,
+        rows::RowLane,
+        rows_program,
     },
     verify::Tolerance,
 };
@@ -151,28 +156,59 @@ impl RowLane for CpuBlock<'_> {
     }
 }
 
+/// A CPU run's tensors: random inputs, the epilogue's bias and residual, and NaN outputs with
+/// a record of which were written.
+struct CpuTensors {
+    x: Vec<f32>,
+    w: Vec<f32>,
+    bias: Vec<f32>,
+    residual: Vec<f32>,
+    y: Vec<f32>,
+    written: Vec<bool>,
+}
+
+impl CpuTensors {
+    fn new(conv: &Conv2d) -> Self {
+        let geom = conv.geometry().unwrap();
+        CpuTensors {
+            x: host_uniform(conv.n as u64 * 7 + conv.c as u64, geom.x_len),
+            w: host_uniform(conv.r as u64 * 13 + conv.k as u64, geom.w_len),
+            bias: host_uniform(17, conv.k),
+            residual: host_uniform(19, geom.y_len),
+            y: vec![f32::NAN; geom.y_len],
+            written: vec![false; geom.y_len],
+        }
+    }
+
+    /// Fails unless every output was written and lies within the f32 bound of the f64
+    /// reference followed by `epilogue`; the worst error over the bound.
+    fn check(&self, conv: &Conv2d, epilogue: &Epilogue, what: &str) -> f64 {
+        assert!(self.written.iter().all(|&w| w), "{what}: outputs never written");
+        let plain = cpu_reference(conv, &self.x, &self.w).unwrap();
+        let bias = epilogue.bias.then_some(&self.bias[..]);
+        let truth = with_epilogue(conv, epilogue, &plain, bias, epilogue.residual.then_some(&self.residual[..]));
+        let bound = Tolerance::f32_sum(conv.geometry().unwrap().taps(conv) as u64);
+        assert_within_bound(&self.y, &truth.unwrap(), bound, what)
+    }
+}
+
 /// Runs `tile` over the launcher's whole grid on the CPU with `epilogue` and checks it against
 /// the f64 reference followed by the epilogue.
 fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: bool, epilogue: &Epilogue) -> f64 {
     let geom = conv.geometry().unwrap();
-    let x = host_uniform(conv.n as u64 * 7 + conv.c as u64, geom.x_len);
-    let w = host_uniform(conv.r as u64 * 13 + conv.k as u64, geom.w_len);
-    let bias = host_uniform(17, conv.k);
-    let residual = host_uniform(19, geom.y_len);
-    let mut y = vec![f32::NAN; geom.y_len];
-    let mut written = vec![false; geom.y_len];
+    let mut t = CpuTensors::new(conv);
     let mut p: DepthwiseFwdParams = depthwise::params(conv, &geom, tile, x_aligned, y_aligned);
     p.epilogue = epilogue.params(conv, &geom);
     // The CPU block reads the slices; the program only asks whether there is a bias or residual.
     (p.epilogue.bias, p.epilogue.residual) = (epilogue.bias as u64, epilogue.residual as u64);
     let mut b = CpuBlock {
         smem: SharedMemory::new(0),
-        x: &x,
-        w: &w,
-        y: &mut y,
-        written: &mut written,
-        bias: epilogue.bias.then_some(&bias[..]),
-        residual: &residual,
+        x: &t.x,
+        w: &t.w,
+        y: &mut t.y,
+        written: &mut t.written,
+        bias: epilogue.bias.then_some(&t.bias[..]),
+        residual: &t.residual,
     };
     match tile.program {
         DepthwiseProgram::Rows => {
@@ -185,6 +221,7 @@ fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: b
                 }
             }
         }
+        DepthwiseProgram::Channels => unreachable!("channels-last variants run in run_channels_last_on_cpu"),
         DepthwiseProgram::Tiles => {
             let run = program::<CpuBlock>(tile.name).expect("every variant has a program");
             let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
@@ -196,18 +233,7 @@ fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: b
             }
         }
     }
-    assert!(written.iter().all(|&w| w), "{conv} on {}: outputs never written", tile.name);
-    let plain = cpu_reference(conv, &x, &w).unwrap();
-    let truth = with_epilogue(
-        conv,
-        epilogue,
-        &plain,
-        epilogue.bias.then_some(&bias[..]),
-        epilogue.residual.then_some(&residual[..]),
-    )
-    .unwrap();
-    let bound = Tolerance::f32_sum(geom.taps(conv) as u64);
-    assert_within_bound(&y, &truth, bound, &format!("{conv} on {}", tile.name))
+    t.check(conv, epilogue, &format!("{conv} on {}", tile.name))
 }
 
 fn depthwise_conv(n: usize, c: usize, hw: [usize; 2], filter: usize, stride: usize, multiplier: usize) -> Conv2d {
@@ -395,4 +421,169 @@ fn layers_outside_the_variants_are_refused_with_a_reason() {
     // An explicit variant of another filter size is refused before any launch would be.
     let tile = DEPTHWISE_FWD_VARIANTS.iter().find(|t| t.filter == 5).unwrap();
     assert!(depthwise::unsupported(&ok, tile).is_some());
+}
+
+/// The CPU's [`NhwcLane`]: one thread's loads, taps and stores on host slices, each vector
+/// access checked for the alignment its `4·V`-byte instruction needs, every output write
+/// tracked.
+struct CpuLane<'a> {
+    x: &'a [f32],
+    w: &'a [f32],
+    y: &'a mut [f32],
+    written: &'a mut [bool],
+    bias: Option<&'a [f32]>,
+    residual: &'a [f32],
+}
+
+impl NhwcLane for CpuLane<'_> {
+    fn load<const V: usize>(&mut self, load: bool, offset: u64) -> [f32; V] {
+        assert!(offset.is_multiple_of(V as u64), "{}-byte load from element {offset}", 4 * V);
+        assert!(load || offset == 0, "a predicated-off load from element 0");
+        core::array::from_fn(|i| if load { self.x[offset as usize + i] } else { 0.0 })
+    }
+
+    fn tap(&mut self, offset: u64) -> f32 {
+        self.w[offset as usize]
+    }
+
+    fn bias(&mut self, k: u32) -> f32 {
+        self.bias.map_or(0.0, |bias| bias[k as usize])
+    }
+
+    fn residual<const V: usize>(&mut self, load: bool, offset: u64) -> [f32; V] {
+        assert!(offset.is_multiple_of(V as u64), "{}-byte residual load at element {offset}", 4 * V);
+        core::array::from_fn(|i| if load { self.residual[offset as usize + i] } else { 0.0 })
+    }
+
+    fn store<const V: usize>(&mut self, store: bool, offset: u64, v: [f32; V]) {
+        assert!(offset.is_multiple_of(V as u64), "{}-byte store at element {offset}", 4 * V);
+        if store {
+            for (i, v) in v.into_iter().enumerate() {
+                mark_written(self.written, offset + i as u64);
+                self.y[offset as usize + i] = v;
+            }
+        }
+    }
+}
+
+/// Runs the channels-last `tile` over every thread of the launcher's grid on the CPU (with
+/// segments of `segment_rows` output rows where given, else the launcher's) and checks it
+/// against the f64 reference followed by `epilogue`.
+fn run_channels_last_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, segment_rows: Option<u32>, epilogue: &Epilogue) {
+    let geom = conv.geometry().unwrap();
+    let mut t = CpuTensors::new(conv);
+    let mut p: DepthwiseNhwcParams = depthwise::channels_params(conv, &geom, tile);
+    if let Some(rows) = segment_rows {
+        let segments = geom.out_h.div_ceil(rows as usize);
+        p.segment_rows = rows;
+        p.segments = MagicDiv::new(segments as u32).unwrap();
+        p.threads = (conv.n * segments * p.tiles_w.divisor as usize * p.vectors.divisor as usize) as u32;
+    }
+    p.epilogue = epilogue.params(conv, &geom);
+    (p.epilogue.bias, p.epilogue.residual) = (epilogue.bias as u64, epilogue.residual as u64);
+    let mut lane = CpuLane {
+        x: &t.x,
+        w: &t.w,
+        y: &mut t.y,
+        written: &mut t.written,
+        bias: epilogue.bias.then_some(&t.bias[..]),
+        residual: &t.residual,
+    };
+    let run = channels_program::<CpuLane>(tile.name).expect("every channels-last variant has a program");
+    // Every thread of the launch's blocks, as the entry point runs them (those past the
+    // launch's threads return at once).
+    let block = kernels_gpu::conv::depthwise::nhwc::NHWC_BLOCK_THREADS;
+    for thread in 0..p.threads.div_ceil(block) * block {
+        if let Some(at) = p.coords(thread, tile.lane_channels, tile.tile_w) {
+            run(&mut lane, &p, at);
+        }
+    }
+    t.check(conv, epilogue, &format!("{conv} on {} (segments of {segment_rows:?})", tile.name));
+}
+
+#[test]
+fn every_channels_last_variant_computes_the_convolution_on_the_cpu() {
+    let mut rng = SmallRng::seed_from_u64(13);
+    let channels_last = DEPTHWISE_FWD_VARIANTS.iter().filter(|t| t.program == DepthwiseProgram::Channels);
+    for (i, tile) in channels_last.enumerate() {
+        // Maps from one output column (narrower than a thread's 4) to several threads across
+        // with a ragged last one, channel counts of one to several vectors, random padding on
+        // each side, segments of one row, several rows with a short last one, and the
+        // launcher's; with and without every epilogue.
+        for j in 0..6 {
+            let f = tile.filter as usize;
+            let c = tile.lane_channels as usize * rng.random_range(1..=5);
+            let hw = [rng.random_range(f..=f + 20), rng.random_range(1..=f + 14).max(f)];
+            let mut conv = depthwise_conv(rng.random_range(1..=3), c, hw, f, tile.stride as usize, 1);
+            conv.layout = TensorLayout::Nhwc;
+            conv.pad = [rng.random_range(0..=f / 2), rng.random_range(0..=f / 2)];
+            if j == 0 {
+                (conv.w, conv.pad[1]) = (f, 0);
+            }
+            assert_eq!(depthwise::unsupported(&conv, tile), None, "{conv}");
+            let epilogue = if j % 2 == 0 {
+                Epilogue::NONE
+            } else {
+                Epilogue {
+                    bias: true,
+                    activation: Activation::ALL[(i + j) % Activation::ALL.len()],
+                    residual: j % 3 != 0,
+                    shuffle: true,
+                }
+            };
+            for segment in [Some(1), Some(rng.random_range(2..=7)), None] {
+                run_channels_last_on_cpu(&conv, tile, segment, &epilogue);
+            }
+        }
+    }
+}
+
+#[test]
+fn channels_last_variants_take_only_what_they_compute() {
+    let nhwc =
+        |c, filter, stride| Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(2, c, [20, 20], filter, stride, 1) };
+    let named = |name: &str| DEPTHWISE_FWD_VARIANTS.iter().find(|t| t.name == name).unwrap();
+    let c4 = named("depthwise_nhwc_k3_s1_c4");
+    assert_eq!(depthwise::unsupported(&nhwc(8, 3, 1), c4), None);
+    assert!(depthwise::unsupported(&nhwc(6, 3, 1), c4).is_some(), "4 channels per thread of 6");
+    assert!(depthwise::unsupported(&depthwise_conv(2, 8, [20, 20], 3, 1, 1), c4).is_some(), "NCHW");
+    assert!(depthwise::unsupported(&nhwc(8, 3, 2), c4).is_some(), "stride 2");
+    // NCHW variants refuse channels-last layers, and the NCHW kernels do.
+    let nchw_variants = DEPTHWISE_FWD_VARIANTS.iter().filter(|t| t.program != DepthwiseProgram::Channels);
+    for tile in nchw_variants {
+        assert!(depthwise::unsupported(&nhwc(8, tile.filter as usize, tile.stride as usize), tile).is_some());
+    }
+    assert_eq!(convkit::direct::supporting_variants(&nhwc(8, 3, 1)).count(), 0);
+    // The heuristic: the most channels per thread that divide C.
+    let pick = |c, filter, stride| {
+        let conv = nhwc(c, filter, stride);
+        depthwise::choose_tile(&conv, &conv.geometry().unwrap()).map(|t| t.name)
+    };
+    assert_eq!(pick(96, 3, 1).unwrap(), "depthwise_nhwc_k3_s1_c4");
+    assert_eq!(pick(6, 3, 2).unwrap(), "depthwise_nhwc_k3_s2_c2");
+    assert_eq!(pick(7, 3, 1).unwrap(), "depthwise_nhwc_k3_s1_c1");
+    assert_eq!(pick(96, 7, 1).unwrap(), "depthwise_nhwc_k7_s1_c1");
+    for (conv, why) in [
+        (nhwc(8, 9, 1), "9x9"),
+        (Conv2d { k: 16, ..nhwc(8, 3, 1) }, "multiplier 2"),
+        (Conv2d { dilation: [2, 2], ..nhwc(8, 3, 1) }, "dilation"),
+    ] {
+        assert!(depthwise::choose_tile(&conv, &conv.geometry().unwrap()).is_err(), "{why}");
+    }
+}
+
+#[test]
+fn channels_last_segments_shorten_for_small_launches() {
+    let layer = |n, c, hw| {
+        let conv = Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(n, c, [hw, hw], 3, 1, 1) };
+        let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
+        depthwise::channels_params(&conv, &conv.geometry().unwrap(), &tile)
+    };
+    // N = 64: 14-row segments (112 / 8); N = 1: as short as it takes to reach the threshold.
+    let large = layer(64, 32, 112);
+    assert_eq!(large.segment_rows, 14);
+    assert!(large.threads as usize >= depthwise::MIN_CHANNELS_THREADS);
+    let small = layer(1, 32, 112);
+    assert!(small.segment_rows < 14, "{}", small.segment_rows);
+    assert_eq!(small.threads as usize, 8 * 28 * 112usize.div_ceil(small.segment_rows as usize));
 }

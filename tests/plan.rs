@@ -112,6 +112,11 @@ fn layer_keys_ignore_labels_and_separate_shapes_and_classes() {
     for part in ["layout=nchw", "dtype=f32", "math=fast", "epilogue=none", "groups=4"] {
         assert!(key.contains(part), "{key}");
     }
+    let last = Conv2d { layout: convkit::TensorLayout::Nhwc, ..a.clone() };
+    let last_key = cache::layer_key(&last, MathClass::Fast, &Epilogue::NONE);
+    assert_ne!(key, last_key);
+    assert_eq!(last_key.matches("layout=").count(), 1, "{last_key}");
+    assert!(last_key.contains(";layout=nhwc;"), "{last_key}");
 }
 
 fn temp_path(name: &str) -> PathBuf {
@@ -276,6 +281,18 @@ fn the_heuristic_follows_the_measured_rules() {
         // ... except with so many channels that the direct kernel's block per channel dominates.
         assert_eq!(choose("large", "zlimit-c200000", math, gib), Algorithm::Depthwise("depthwise_rows_k3_m1"));
         assert!(matches!(choose("default", "rnx50-c128-56", math, gib), Algorithm::Direct(_)), "{math:?}");
+        // Channels last: the depthwise kernel's NHWC program where it applies (every depthwise
+        // layer of the suite), else cuDNN.
+        for conv in suites::load_suite("depthwise").unwrap().into_iter().filter(|c| c.label().ends_with("-nhwc")) {
+            let label = conv.label();
+            assert!(
+                matches!(choose("depthwise", &label, math, gib), Algorithm::Depthwise(name) if name.starts_with("depthwise_nhwc_")),
+                "{label} {math:?}"
+            );
+        }
+        let dense: Conv2d = "n=8,c=64,h=28,k=64,r=3,s=3,pad=1,layout=nhwc".parse().unwrap();
+        let choice = heuristic::choose(132, &dense, &dense.geometry().unwrap(), math, gib);
+        assert_eq!(choice.algorithm, Algorithm::CudnnHeuristic(math));
     }
     // 16 and more channels per group (below 64): the tensor-core kernel, TF32 in the fast
     // class, 3xTF32 in the exact one; 8 per group: TF32 in the fast class, the direct kernel

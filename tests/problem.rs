@@ -28,7 +28,11 @@ fn defaults_and_full_syntax() {
 
 #[test]
 fn display_round_trips() {
-    for spec in ["n=3,c=6,h=7,w=9,k=12,r=3,s=1,pad=1x0,stride=2,dil=1x2,groups=3", "name=a,c=1,h=5,r=5"] {
+    for spec in [
+        "n=3,c=6,h=7,w=9,k=12,r=3,s=1,pad=1x0,stride=2,dil=1x2,groups=3",
+        "name=a,c=1,h=5,r=5",
+        "c=8,h=5,r=3,groups=8,layout=nhwc",
+    ] {
         let c = parse(spec);
         assert_eq!(parse(&c.to_string()), c);
     }
@@ -85,13 +89,26 @@ fn suites_parse_and_report_lines() {
     assert_eq!(suites::load_suite("default").unwrap().len(), 17);
     // MobileNetV2's 17 depthwise layers, as 10 distinct shapes with their counts in the names.
     let count = |name: &str| name.rsplit_once("-x").and_then(|(_, n)| n.parse::<usize>().ok()).unwrap_or(1);
-    let mbv2 = suites::load_suite("depthwise")
-        .unwrap()
-        .into_iter()
-        .filter_map(|c| c.name)
-        .filter(|n| n.starts_with("mbv2") && !n.ends_with("-n1"));
-    assert_eq!(mbv2.map(|n| count(&n)).sum::<usize>(), 17);
+    // Each layer twice: NCHW, then channels last (`-nhwc`).
+    let depthwise = suites::load_suite("depthwise").unwrap();
+    for layout in [convkit::TensorLayout::Nchw, convkit::TensorLayout::Nhwc] {
+        let names = depthwise.iter().filter(|c| c.layout == layout).filter_map(|c| c.name.as_deref());
+        let mbv2 = names.map(|n| n.trim_end_matches("-nhwc")).filter(|n| n.starts_with("mbv2") && !n.ends_with("-n1"));
+        assert_eq!(mbv2.map(count).sum::<usize>(), 17, "{layout:?}");
+    }
     let err = problem::parse_suite("# comment\nc=1,h=4,r=1\n\nc=1,h=4,r=1,bogus=2 # trailing\n").unwrap_err();
     assert!(err.to_string().contains("suite line 4"), "{err}");
     assert!(matches!(suites::load_suite("/no/such/suite"), Err(Error::Io { .. })));
+}
+
+#[test]
+fn the_layout_defaults_to_nchw_and_prints_only_when_channels_last() {
+    assert_eq!(parse("c=8,h=10,r=3").layout, convkit::TensorLayout::Nchw);
+    assert!(!parse("c=8,h=10,r=3,layout=nchw").to_string().contains("layout"));
+    let last = parse("c=8,h=10,r=3,layout=nhwc");
+    assert_eq!(last.layout, convkit::TensorLayout::Nhwc);
+    assert!(last.to_string().ends_with(",layout=nhwc"), "{last}");
+    let (field, reason) = invalid("c=8,h=10,r=3,layout=nchwc");
+    assert_eq!(field, "layout");
+    assert!(reason.contains("nchw or nhwc"), "{reason}");
 }

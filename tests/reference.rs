@@ -10,9 +10,10 @@ use convkit::{
 };
 use kernels_gpu::random::mix;
 
-/// Seven nested loops straight from the definition, one output at a time.
+/// Seven nested loops straight from the definition, one output at a time, in either layout.
 fn naive(conv: &Conv2d, x: &[f32], w: &[f32]) -> Reference {
     let g = conv.geometry().unwrap();
+    let last = conv.layout == convkit::TensorLayout::Nhwc;
     let mut value = vec![0.0; g.y_len];
     let mut magnitude = vec![0.0; g.y_len];
     for n in 0..conv.n {
@@ -30,14 +31,27 @@ fn naive(conv: &Conv2d, x: &[f32], w: &[f32]) -> Reference {
                                 if ih < 0 || iw < 0 || ih >= conv.h as i64 || iw >= conv.w as i64 {
                                     continue;
                                 }
-                                let xv = x[((n * conv.c + c) * conv.h + ih as usize) * conv.w + iw as usize];
-                                let wv = w[((k * g.c_per_group + cg) * conv.r + r) * conv.s + s];
+                                let (ih, iw) = (ih as usize, iw as usize);
+                                let xv = if last {
+                                    x[((n * conv.h + ih) * conv.w + iw) * conv.c + c]
+                                } else {
+                                    x[((n * conv.c + c) * conv.h + ih) * conv.w + iw]
+                                };
+                                let wv = if last {
+                                    w[((k * conv.r + r) * conv.s + s) * g.c_per_group + cg]
+                                } else {
+                                    w[((k * g.c_per_group + cg) * conv.r + r) * conv.s + s]
+                                };
                                 sum += xv as f64 * wv as f64;
                                 abs += (xv as f64 * wv as f64).abs();
                             }
                         }
                     }
-                    let at = ((n * conv.k + k) * g.out_h + oh) * g.out_w + ow;
+                    let at = if last {
+                        ((n * g.out_h + oh) * g.out_w + ow) * conv.k + k
+                    } else {
+                        ((n * conv.k + k) * g.out_h + oh) * g.out_w + ow
+                    };
                     (value[at], magnitude[at]) = (sum, abs);
                 }
             }
@@ -131,4 +145,34 @@ fn nonfinite_inputs_propagate() {
     assert_eq!(y.value[8], f64::NEG_INFINITY);
     assert!(y.value[4].is_nan());
     assert_eq!(y.value[2], 4.0);
+}
+
+#[test]
+fn channels_last_reference_agrees_with_its_per_output_function_and_with_nchw() {
+    for (case, x, w) in small_cases(60) {
+        let nchw = Conv2d { layout: convkit::TensorLayout::Nchw, ..case.conv };
+        let nhwc = Conv2d { layout: convkit::TensorLayout::Nhwc, ..nchw.clone() };
+        let g = nchw.geometry().unwrap();
+        // The same tensors channels last: NHWC input, KRSC filter.
+        let x_last = reference::channels_last(&x, nchw.n, nchw.c, nchw.h * nchw.w);
+        let w_last = reference::channels_last(&w, nchw.k, g.c_per_group, nchw.r * nchw.s);
+        let cpu = reference::cpu_reference(&nhwc, &x_last, &w_last).unwrap();
+        let p = reference::reference_params(&nhwc).unwrap();
+        let (value, magnitude): (Vec<f64>, Vec<f64>) =
+            (0..p.output_len()).map(|i| p.output(i, |j| x_last[j as usize], |j| w_last[j as usize])).unzip();
+        assert!(same_bits(&value, &cpu.value), "{nhwc}: values differ");
+        assert!(same_bits(&magnitude, &cpu.magnitude), "{nhwc}: magnitudes differ");
+        let planar = reference::cpu_reference(&nchw, &x, &w).unwrap();
+        let back = reference::channels_last(&planar.value, nchw.n, nchw.k, g.out_h * g.out_w);
+        assert!(same_bits(&back, &cpu.value), "{nhwc}: not the NCHW result channels last");
+    }
+}
+
+#[test]
+fn a_hand_computed_channels_last_case() {
+    // Two channels of a 1x2 map, interleaved (c0 = 1, 2; c1 = 10, 20); a dense 1x2 filter from
+    // both channels to one output, KRSC: w[s][c] = (1, 100), (2, 200).
+    let conv: Conv2d = "c=2,h=1,w=2,k=1,r=1,s=2,layout=nhwc".parse().unwrap();
+    let y = reference::cpu_reference(&conv, &[1.0, 10.0, 2.0, 20.0], &[1.0, 100.0, 2.0, 200.0]).unwrap();
+    assert_eq!(y.value, vec![1.0 + 1000.0 + 4.0 + 4000.0]);
 }

@@ -376,8 +376,8 @@ struct BenchArgs {
     /// Leave out the planner's choices (timed by default, through the Plan API, in both classes).
     #[arg(long)]
     no_plans: bool,
-    /// Time every tensor-core (implicit GEMM) variant, not only the heuristic's choice of each
-    /// precision.
+    /// Time every tensor-core (implicit GEMM) and depthwise-kernel variant that computes the
+    /// layer, not only the heuristic's choice (of each precision).
     #[arg(long)]
     all_variants: bool,
     /// Also time our direct-style kernels with this epilogue fused (e.g. `bias,relu`,
@@ -725,7 +725,7 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
             t.map_or(f64::NAN, |t| t.p10),
             t.map_or(f64::NAN, |t| t.p90),
             ours.name,
-            ms(Some(r.direct())),
+            ms(r.direct()),
             ms(r.depthwise_candidate()),
             ms(r.fft_candidate()),
             ms(r.fft_gemm_candidate()),

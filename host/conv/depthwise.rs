@@ -1,15 +1,17 @@
 //! Launcher of the depthwise convolution (`kernels-gpu/src/conv/depthwise.rs`): groups = C,
-//! K = C or 2C, square 3x3 ... 9x9 filters, stride 1 or 2, no dilation. Other layers run the
-//! direct kernel ([`super::direct`]).
+//! K = C or 2C, square 3x3 ... 9x9 filters, stride 1 or 2, no dilation; channels last (NHWC,
+//! `kernels-gpu/src/conv/depthwise/nhwc.rs`): K = C, 3x3, 5x5 and 7x7. Other NCHW layers run
+//! the direct kernel ([`super::direct`]), other NHWC layers cuDNN.
 
 use super::epilogue::{Epilogue, EpilogueArgs};
-use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
+use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, TensorLayout};
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels_gpu::{
     MagicDiv,
     conv::depthwise::{
         BLOCK_THREADS, COPY_VECTORS, DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseProgram, DepthwiseTile,
         STORE_VECTORS,
+        nhwc::{DepthwiseNhwcParams, NHWC_BLOCK_THREADS},
         rows::{ROW_PX, ROWS_WARPS},
     },
 };
@@ -52,6 +54,21 @@ pub fn unsupported(conv: &Conv2d, tile: &DepthwiseTile) -> Option<&'static str> 
         let variant = [tile.filter, tile.stride, tile.multiplier].map(|v| v as usize);
         if layer != variant {
             return Some("the variant is for another filter size, stride or channel multiplier");
+        }
+        if tile.program == DepthwiseProgram::Channels {
+            if conv.layout != TensorLayout::Nhwc {
+                return Some("the channels-last variants take NHWC tensors");
+            }
+            if !conv.c.is_multiple_of(tile.lane_channels as usize) {
+                return Some("the variant's channels per thread do not divide C");
+            }
+            if channels_grid(conv, tile).is_none() {
+                return Some("more than 2^31 - 1 threads");
+            }
+            return None;
+        }
+        if let Some(reason) = super::nchw_unsupported(conv) {
+            return Some(reason);
         }
         if tile.program == DepthwiseProgram::Rows {
             let lane = (ROW_PX * tile.stride) as usize;
@@ -98,6 +115,38 @@ fn plane_groups(conv: &Conv2d) -> usize {
     (conv.n * conv.c).div_ceil(32 / row_lanes(conv))
 }
 
+/// Threads from which a channels-last launch stops shortening its segments: about 500 per
+/// SM of the H200, 15 warps (N = 1 layers would otherwise run a few warps per SM).
+pub const MIN_CHANNELS_THREADS: usize = 64 << 10;
+
+/// A `Channels` launch: output rows per thread (segments of at most [`SEGMENT_ROWS`] or
+/// `4 (K - 1)`, halved while the launch has fewer than [`MIN_CHANNELS_THREADS`]) and threads.
+/// `None` for a layer without a geometry or past 2^31 - 1 threads.
+fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile) -> Option<(usize, usize)> {
+    let geom = conv.geometry().ok()?;
+    let per_segment = conv
+        .n
+        .checked_mul(geom.out_w.div_ceil(tile.tile_w as usize))?
+        .checked_mul(conv.c / tile.lane_channels as usize)?;
+    let threads = |segment: usize| per_segment.checked_mul(geom.out_h.div_ceil(segment));
+    let even = |most: usize| geom.out_h.div_ceil(geom.out_h.div_ceil(most.max(1)));
+    let mut segment = even(SEGMENT_ROWS.max(4 * (conv.r - 1)));
+    while segment > 1 && threads(segment)? < MIN_CHANNELS_THREADS {
+        segment = even(segment / 2);
+    }
+    let threads = threads(segment)?;
+    (threads <= i32::MAX as usize).then_some((segment, threads))
+}
+
+/// The heuristic's channels-last variant for buffers aligned to `align` bytes: the most
+/// channels per thread that divide C and whose loads the alignment allows.
+fn channels_variant(conv: &Conv2d, align: usize) -> Option<DepthwiseTile> {
+    supporting_variants(conv)
+        .filter(|t| t.program == DepthwiseProgram::Channels && align.is_multiple_of(4 * t.lane_channels as usize))
+        .max_by_key(|t| t.lane_channels)
+        .copied()
+}
+
 /// The variants that can compute `conv`.
 pub fn supporting_variants(conv: &Conv2d) -> impl Iterator<Item = &'static DepthwiseTile> + '_ {
     DEPTHWISE_FWD_VARIANTS.iter().filter(|t| unsupported(conv, t).is_none())
@@ -113,6 +162,12 @@ pub const MAX_COVER: f64 = 1.35;
 pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry) -> Result<DepthwiseTile> {
     if let Some(reason) = layer_unsupported(conv) {
         return Err(Error::Unsupported { algorithm: "depthwise", reason: reason.to_owned() });
+    }
+    if conv.layout == TensorLayout::Nhwc {
+        return channels_variant(conv, 16).ok_or_else(|| Error::Unsupported {
+            algorithm: "depthwise",
+            reason: "channels last: 3x3, 5x5 and 7x7 filters, stride 1 or 2, multiplier 1 only".to_owned(),
+        });
     }
     let enough_warps = rows_grid(conv).is_some_and(|(_, warps)| warps >= MIN_ROWS_WARPS);
     if let Some(rows) = supporting_variants(conv).find(|t| t.program == DepthwiseProgram::Rows && enough_warps) {
@@ -159,7 +214,8 @@ pub fn params(
     let (row_lanes, segment) = match tile.program {
         // A layer the variant does not compute gets a grid of one row (the launcher refuses it).
         DepthwiseProgram::Rows => (row_lanes(conv), rows_grid(conv).map_or(1, |(segment, _)| segment)),
-        DepthwiseProgram::Tiles => (1, 1),
+        // Channels-last variants take `channels_params`; tiles need none of these.
+        DepthwiseProgram::Tiles | DepthwiseProgram::Channels => (1, 1),
     };
     DepthwiseFwdParams {
         x: 0,
@@ -182,6 +238,34 @@ pub fn params(
         segments: magic(geom.out_h.div_ceil(segment) as u64),
         planes_per_warp: u(32 / row_lanes),
         segment_rows: u(segment),
+        epilogue: Epilogue::NONE.params(conv, geom),
+    }
+}
+
+/// The channels-last kernel's parameters for `conv` with `tile` (a `Channels` variant that
+/// computes it); the addresses are filled in at launch.
+pub fn channels_params(conv: &Conv2d, geom: &ConvGeometry, tile: &DepthwiseTile) -> DepthwiseNhwcParams {
+    // `Conv2d::geometry` and `unsupported` have checked that every value fits its field.
+    let u = |v: usize| v as u32;
+    let magic = |d: usize| MagicDiv::new(d as u32).expect("validated extents are non-zero");
+    let (segment, threads) = channels_grid(conv, tile).unwrap_or((1, 0));
+    DepthwiseNhwcParams {
+        x: 0,
+        w: 0,
+        y: 0,
+        in_h: u(conv.h),
+        in_w: u(conv.w),
+        out_h: u(geom.out_h),
+        out_w: u(geom.out_w),
+        pad_h: conv.pad[0] as i32,
+        pad_w: conv.pad[1] as i32,
+        channels: u(conv.c),
+        segment_rows: u(segment),
+        threads: u(threads),
+        _pad: 0,
+        vectors: magic(conv.c / tile.lane_channels as usize),
+        tiles_w: magic(geom.out_w.div_ceil(tile.tile_w as usize)),
+        segments: magic(geom.out_h.div_ceil(segment)),
         epilogue: Epilogue::NONE.params(conv, geom),
     }
 }
@@ -253,6 +337,7 @@ pub fn forward_fused(
         Warps(LaunchConfig),
     }
     let grid = match tile.program {
+        DepthwiseProgram::Channels => return forward_channels_last(gpu, stream, conv, &geom, tile, x, w, y, epilogue),
         DepthwiseProgram::Tiles => {
             let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
             let grid_x = u32::try_from(down * across)
@@ -298,5 +383,51 @@ pub fn forward_fused(
             }
         })?;
     } // the buffers' cross-stream events are recorded here
+    gpu.check_deferred()
+}
+
+/// [`forward_fused`] of a `Channels` variant (that computes `conv`). Buffers not aligned to its
+/// loads of `4·lane_channels` bytes run the widest variant they are aligned for.
+#[allow(clippy::too_many_arguments)] // forward_fused's, and the geometry
+fn forward_channels_last(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    conv: &Conv2d,
+    geom: &ConvGeometry,
+    tile: &DepthwiseTile,
+    x: &impl DevicePtr<f32>,
+    w: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<f32>,
+    epilogue: &EpilogueArgs,
+) -> Result<()> {
+    let align = |p: u64| 1usize << p.trailing_zeros().min(4);
+    let residual = epilogue.residual.map_or(16, |r| align(r.device_ptr(stream).0));
+    let aligned = align(x.device_ptr(stream).0).min(align(y.device_ptr_mut(stream).0)).min(residual);
+    if !aligned.is_multiple_of(4 * tile.lane_channels as usize) {
+        let narrower = channels_variant(conv, aligned)
+            .ok_or(Error::UnsupportedTile { tile: tile.name, reason: "x, y or the residual is not 4-byte aligned" })?;
+        return forward_channels_last(gpu, stream, conv, geom, &narrower, x, w, y, epilogue);
+    }
+    super::check_buffers(gpu, geom, x, w, y)?;
+    epilogue.check(gpu, conv, geom)?;
+    let mut p = channels_params(conv, geom, tile);
+    let cfg = LaunchConfig {
+        grid_dim: (p.threads.div_ceil(NHWC_BLOCK_THREADS), 1, 1),
+        block_dim: (NHWC_BLOCK_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    {
+        let (x_ptr, _x_sync) = x.device_ptr(stream);
+        let (w_ptr, _w_sync) = w.device_ptr(stream);
+        let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
+        (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
+        // Safety: the buffers hold exactly the shape's extents and are aligned to the
+        // variant's vectors; `unsupported` bounded the threads to 31 bits, and C is a multiple
+        // of the channels per thread, so every vector lies within one pixel.
+        epilogue.with_params(stream, conv, geom, |e| {
+            p.epilogue = e;
+            unsafe { gpu.launch(stream, tile.entries.of_mode(e.mode()), cfg, p) }
+        })?;
+    }
     gpu.check_deferred()
 }

@@ -13,10 +13,18 @@ pub fn variants() -> &'static [DirectTile] {
     DIRECT_FWD_VARIANTS
 }
 
-/// The variants that can compute `conv` (row-window tiles need unit stride and dilation
-/// along the width).
+/// Why `tile` cannot compute `conv`, if it cannot: NCHW only, and row-window tiles need unit
+/// stride and dilation along the width.
+pub fn unsupported(conv: &Conv2d, tile: &DirectTile) -> Option<&'static str> {
+    super::nchw_unsupported(conv).or_else(|| {
+        (!tile.supports(conv.stride[1] as u32, conv.dilation[1] as u32))
+            .then_some("row-window tiles need stride_w = dil_w = 1")
+    })
+}
+
+/// The variants that can compute `conv`.
 pub fn supporting_variants(conv: &Conv2d) -> impl Iterator<Item = &'static DirectTile> + '_ {
-    DIRECT_FWD_VARIANTS.iter().filter(|t| t.supports(conv.stride[1] as u32, conv.dilation[1] as u32))
+    DIRECT_FWD_VARIANTS.iter().filter(|t| unsupported(conv, t).is_none())
 }
 
 /// The heuristic choice: as many output channels per thread as the group has (up to 8: a
@@ -132,8 +140,8 @@ pub fn forward_fused(
             reason: "not a kernel of this build (see direct::variants)",
         });
     }
-    if !tile.supports(conv.stride[1] as u32, conv.dilation[1] as u32) {
-        return Err(Error::UnsupportedTile { tile: tile.name, reason: "row-window tiles need stride_w = dil_w = 1" });
+    if let Some(reason) = unsupported(conv, tile) {
+        return Err(Error::UnsupportedTile { tile: tile.name, reason });
     }
     super::check_buffers(gpu, &geom, x, w, y)?;
     epilogue.check(gpu, conv, &geom)?;

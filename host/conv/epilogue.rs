@@ -172,9 +172,14 @@ pub fn apply_pass(
         }
         gpu.check_buffer("y", *dst)?;
     }
-    let planes = (conv.n * conv.k) as u64;
-    // A block per plane at a time; small planes take fewer threads.
-    let threads = (geom.out_h * geom.out_w).next_power_of_two().clamp(32, 256) as u32;
+    let channels_last = conv.layout == crate::TensorLayout::Nhwc;
+    // A block per plane (NHWC: per pixel) at a time; small ones take fewer threads.
+    let (planes, plane) = if channels_last {
+        ((conv.n * geom.out_h * geom.out_w) as u64, conv.k)
+    } else {
+        ((conv.n * conv.k) as u64, geom.out_h * geom.out_w)
+    };
+    let threads = plane.next_power_of_two().clamp(32, 256) as u32;
     let blocks = planes.min(gpu.sm_count() as u64 * 16) as u32;
     let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
     args.with_params(stream, conv, &geom, |epilogue| {
@@ -186,6 +191,8 @@ pub fn apply_pass(
             planes,
             plane: (geom.out_h * geom.out_w) as u32,
             channels: conv.k as u32,
+            channels_last: channels_last as u32,
+            _pad: 0,
             epilogue,
         };
         // Safety: src and dst hold the layer's output; bias and residual were checked above.

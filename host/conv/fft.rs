@@ -29,6 +29,9 @@ pub fn side_needed(conv: &Conv2d, geom: &ConvGeometry) -> u64 {
 
 /// Why the fused FFT path cannot compute `conv` with `tile`, if it cannot.
 pub fn unsupported(conv: &Conv2d, geom: &ConvGeometry, tile: &FftConvTile) -> Option<String> {
+    if let Some(reason) = super::nchw_unsupported(conv) {
+        return Some(reason.into());
+    }
     if conv.groups != conv.c || conv.k != conv.c {
         return Some("the fused FFT path computes depthwise layers (groups = C = K) only".into());
     }

@@ -68,6 +68,9 @@ impl FftGemmShape {
 
 /// The tiling of `conv` for `size`, or why there is none.
 pub fn shape(conv: &Conv2d, geom: &ConvGeometry, size: &FftGemmSize) -> std::result::Result<FftGemmShape, String> {
+    if let Some(reason) = super::nchw_unsupported(conv) {
+        return Err(reason.into());
+    }
     let u = |v: usize| v as u32;
     let t = size.side();
     let dims = [

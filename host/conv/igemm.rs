@@ -71,6 +71,9 @@ pub fn precisions(math: MathClass) -> &'static [Precision] {
 
 /// Why no variant can compute `conv`, if none can (any `conv`, valid or not: no panic).
 pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
+    if let Some(reason) = super::nchw_unsupported(conv) {
+        return Some(reason);
+    }
     // Filter offsets are 32-bit on the GPU; `Conv2d::geometry` bounds the rest.
     let filter = [conv.k, conv.c.checked_div(conv.groups).unwrap_or(0), conv.r, conv.s];
     match filter.into_iter().try_fold(1usize, usize::checked_mul) {

@@ -16,6 +16,13 @@ use cudarc::driver::{CudaStream, DeviceSlice, LaunchConfig};
 use cudnn::MathClass;
 use kernels_gpu::conv::{MAX_GRID_Z, Window};
 
+/// Why a kernel that reads and writes NCHW tensors cannot compute `conv`, if it cannot: every
+/// convkit kernel but the depthwise kernel's channels-last program.
+pub(crate) fn nchw_unsupported(conv: &crate::Conv2d) -> Option<&'static str> {
+    (conv.layout != crate::TensorLayout::Nchw)
+        .then_some("NCHW tensors only (channels-last layers: the depthwise kernel's NHWC program or cuDNN)")
+}
+
 /// Fails unless x, w and y belong to `gpu` and hold exactly the shape's elements.
 pub(crate) fn check_buffers(
     gpu: &Gpu,

@@ -36,7 +36,7 @@ use crate::{
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
 use kernels_gpu::{
     conv::{
-        depthwise::DepthwiseTile,
+        depthwise::{DepthwiseProgram, DepthwiseTile},
         direct::DirectTile,
         epilogue::Activation,
         igemm::{IgemmTile, Precision},
@@ -72,7 +72,7 @@ pub struct BenchOptions {
     pub heuristics: Vec<HeurMode>,
     /// Also time what the planner's heuristic picks in each class, through [`Plan::forward`].
     pub plans: bool,
-    /// Time every tensor-core variant, not only the heuristic's choice of each precision.
+    /// Time every tensor-core and depthwise-kernel variant, not only the heuristic's choices.
     pub all_variants: bool,
     /// Also time our direct-style candidates with this epilogue fused (`NAME+epilogue`, held
     /// to the reference followed by the epilogue), and the stand-alone epilogue pass.
@@ -167,14 +167,18 @@ pub struct LayerResult {
     pub label: String,
     pub spec: String,
     pub seed: u64,
-    pub tile: &'static str,
+    /// The direct kernel's variant, where it computes the layer (NCHW).
+    pub tile: Option<&'static str>,
     pub flops: f64,
     pub min_bytes: f64,
     pub sets: usize,
-    /// Ours first: the direct kernel, then the depthwise kernel where `depthwise` is set, the
-    /// fused FFT convolution where `fft` is set, the tiled one where `fft_gemm` is set, and the
-    /// tensor-core variants (`igemm`); then the plans and cuDNN's.
+    /// Ours first: the direct kernel where `tile` is set, the depthwise kernel where `depthwise`
+    /// is set, the fused FFT convolution where `fft` is set, the tiled one where `fft_gemm` is
+    /// set, the tensor-core variants (`igemm`) and, with `--all-variants`, the depthwise
+    /// kernel's other variants (`ours` candidates in all); then the plans and cuDNN's.
     pub candidates: Vec<Candidate>,
+    /// Our kernels' candidates at the front of `candidates`.
+    pub ours: usize,
     /// The depthwise kernel's variant, where it computes the layer.
     pub depthwise: Option<&'static str>,
     /// The fused FFT convolution's transform, where it computes the layer.
@@ -212,15 +216,14 @@ impl LayerResult {
     /// Our candidates: the direct kernel, then the depthwise kernel, the FFT convolutions and
     /// the tensor-core variants that ran.
     pub fn convkit(&self) -> &[Candidate] {
-        let others = [self.depthwise, self.fft, self.fft_gemm].iter().filter(|c| c.is_some()).count();
-        &self.candidates[..1 + others + self.igemm.len()]
+        &self.candidates[..self.ours]
     }
 
     /// Our fastest timed candidate of `class` (the fast class admits both).
     pub fn ours_in(&self, class: MathClass) -> &Candidate {
         let admitted = |c: &&Candidate| class == MathClass::Fast || c.class == MathClass::Exact;
         let fastest = self.convkit().iter().filter(admitted).min_by(|a, b| p50(a).total_cmp(&p50(b)));
-        fastest.expect("the direct kernel is an exact candidate")
+        fastest.expect("every layer benchmarked has an exact candidate of ours (direct or depthwise)")
     }
 
     /// Our fastest timed candidate in the exact class.
@@ -238,21 +241,22 @@ impl LayerResult {
         of_precision.min_by(|a, b| p50(a).total_cmp(&p50(b)))
     }
 
-    pub fn direct(&self) -> &Candidate {
-        &self.candidates[0]
+    pub fn direct(&self) -> Option<&Candidate> {
+        self.tile.map(|_| &self.candidates[0])
     }
 
     pub fn depthwise_candidate(&self) -> Option<&Candidate> {
-        self.depthwise.map(|_| &self.candidates[1])
+        self.depthwise.map(|_| &self.candidates[self.tile.is_some() as usize])
     }
 
     pub fn fft_candidate(&self) -> Option<&Candidate> {
-        self.fft.map(|_| &self.candidates[1 + self.depthwise.is_some() as usize])
+        let before = self.tile.is_some() as usize + self.depthwise.is_some() as usize;
+        self.fft.map(|_| &self.candidates[before])
     }
 
     pub fn fft_gemm_candidate(&self) -> Option<&Candidate> {
-        let before = [self.depthwise, self.fft].iter().filter(|c| c.is_some()).count();
-        self.fft_gemm.map(|_| &self.candidates[1 + before])
+        let before = self.tile.is_some() as usize + self.depthwise.is_some() as usize + self.fft.is_some() as usize;
+        self.fft_gemm.map(|_| &self.candidates[before])
     }
 
     pub fn ours_ms(&self) -> f64 {
@@ -468,7 +472,10 @@ impl<'g> Bench<'g> {
             let (x0, w0, _) = arena.set(0);
             reference::gpu_reference(gpu, &self.stream, conv, &x0, &w0)?
         };
-        let tile = self.opts.tile.unwrap_or_else(|| direct::choose_tile(conv, &geom, gpu.sm_count()));
+        // The direct kernel (NCHW layers): the requested variant or the heuristic's.
+        let direct_tile = self.opts.tile.unwrap_or_else(|| direct::choose_tile(conv, &geom, gpu.sm_count()));
+        let direct_unsupported = direct::unsupported(conv, &direct_tile);
+        let tile = direct_unsupported.is_none().then_some(direct_tile);
         let epilogue = match self.opts.epilogue {
             Some(e) => Some(EpilogueInputs {
                 epilogue: e,
@@ -495,23 +502,39 @@ impl<'g> Bench<'g> {
         };
         let mut skipped = Vec::new();
 
-        // Ours first: it must pass the strict bound.
-        let ours_runner = Runner::Direct(tile);
-        let stats = env.validate(&ours_runner, &truth, Tolerance::f32_sum(geom.taps(conv) as u64))?;
-        let name = tile.name.trim_start_matches("direct_fwd_").to_owned();
-        let mut candidates = vec![Candidate::new(name, Source::Convkit, MathClass::Exact, "f32 FMA".into(), 0)];
-        candidates[0].record(&stats);
-        let mut runners = vec![ours_runner];
+        // Ours first: each must pass the strict bound.
+        let (mut candidates, mut runners) = (Vec::new(), Vec::new());
+        let f32_bound = Tolerance::f32_sum(geom.taps(conv) as u64);
+        match tile {
+            Some(tile) => {
+                let runner = Runner::Direct(tile);
+                let stats = env.validate(&runner, &truth, f32_bound)?;
+                let name = tile.name.trim_start_matches("direct_fwd_").to_owned();
+                let mut candidate = Candidate::new(name, Source::Convkit, MathClass::Exact, "f32 FMA".into(), 0);
+                candidate.record(&stats);
+                candidates.push(candidate);
+                runners.push(runner);
+            }
+            None => skipped.push(format!("convkit {}: {}", direct_tile.name, direct_unsupported.unwrap_or_default())),
+        }
 
-        // Our depthwise kernel, where it computes the layer, to the same bound.
+        // Our depthwise kernel, where it computes the layer, to the same bound (with
+        // `--all-variants`, its other variants follow the tensor-core ones).
+        let depthwise_candidate = |env: &mut Env, tile: DepthwiseTile| -> Result<(Candidate, Runner<'g>)> {
+            let runner = Runner::Depthwise(tile);
+            let stats = env.validate(&runner, &truth, f32_bound)?;
+            let name = tile.name.trim_start_matches("depthwise_").to_owned();
+            let notes = match tile.program {
+                DepthwiseProgram::Channels => format!("f32 FMA, NHWC, {} channels per thread", tile.lane_channels),
+                _ => format!("f32 FMA, {}x{} tiles", tile.tile_h, tile.tile_w),
+            };
+            let mut candidate = Candidate::new(name, Source::Convkit, MathClass::Exact, notes, 0);
+            candidate.record(&stats);
+            Ok((candidate, runner))
+        };
         let depthwise_tile = match depthwise::choose_tile(conv, &geom) {
             Ok(tile) => {
-                let runner = Runner::Depthwise(tile);
-                let stats = env.validate(&runner, &truth, Tolerance::f32_sum(geom.taps(conv) as u64))?;
-                let name = tile.name.trim_start_matches("depthwise_").to_owned();
-                let notes = format!("f32 FMA, {}x{} tiles", tile.tile_h, tile.tile_w);
-                let mut candidate = Candidate::new(name, Source::Convkit, MathClass::Exact, notes, 0);
-                candidate.record(&stats);
+                let (candidate, runner) = depthwise_candidate(&mut env, tile)?;
                 candidates.push(candidate);
                 runners.push(runner);
                 Some(tile.name)
@@ -614,6 +637,23 @@ impl<'g> Bench<'g> {
                 candidates.push(candidate);
                 runners.push(runner);
             }
+        }
+        if self.opts.all_variants {
+            for tile in depthwise::supporting_variants(conv).filter(|t| Some(t.name) != depthwise_tile) {
+                let (candidate, runner) = depthwise_candidate(&mut env, *tile)?;
+                candidates.push(candidate);
+                runners.push(runner);
+            }
+        }
+        let ours = candidates.len();
+        if ours == 0 {
+            return Err(crate::Error::Unsupported {
+                algorithm: "bench",
+                reason: format!(
+                    "no convkit kernel computes {conv}: nothing to compare with cuDNN ({})",
+                    skipped.join("; ")
+                ),
+            });
         }
         // The planner's heuristic choice in each class, through the Plan API (set 0's weights).
         let mut plans = Vec::new();
@@ -829,7 +869,8 @@ impl<'g> Bench<'g> {
             label: conv.label(),
             spec: conv.to_string(),
             seed,
-            tile: tile.name,
+            tile: tile.map(|t| t.name),
+            ours,
             flops: geom.flops(conv),
             min_bytes: geom.min_bytes(),
             sets: env.arena.sets,

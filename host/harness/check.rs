@@ -337,6 +337,7 @@ pub const CATEGORIES: &[&str] = &[
     "z-split",
     "nonfinite",
     "wide",
+    "nhwc",
 ];
 
 /// A random valid case of category `CATEGORIES[index % len]`, sized to check quickly.
@@ -432,6 +433,17 @@ pub fn random_case_of(rng: &mut SmallRng, index: usize, kinds: &[&str]) -> Case 
             if !conv.c.is_multiple_of(conv.groups) {
                 conv.groups = 1;
             }
+        }
+        "nhwc" => {
+            // Channels last: the depthwise kernel's NHWC ground (channel counts that its
+            // 4- and 2-channel threads take, and any), maps from one output column up.
+            conv.layout = crate::TensorLayout::Nhwc;
+            let filter = pick(rng, &[3, 5, 7]);
+            (conv.r, conv.s) = (filter, filter);
+            conv.stride = [pick(rng, &[1, 2]); 2];
+            (conv.n, conv.h, conv.w) = (rng.random_range(1..=4), rng.random_range(1..=50), rng.random_range(1..=50));
+            conv.c = if rng.random_bool(0.5) { 4 * rng.random_range(1..=24) } else { rng.random_range(1..=64) };
+            (conv.groups, conv.k) = (conv.c, conv.c);
         }
         _ => unreachable!("every category has an arm"),
     }

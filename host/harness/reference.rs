@@ -3,7 +3,7 @@
 //! random inputs both sides draw.
 
 use crate::{
-    Conv2d, Error, Gpu, Result,
+    Conv2d, Error, Gpu, Result, TensorLayout,
     conv::epilogue::{Activation, Epilogue},
     error::Context,
     gpu::grid_stride_config,
@@ -22,15 +22,24 @@ pub struct Reference {
     pub magnitude: Vec<f64>,
 }
 
-/// The CPU reference, NCHW / KCRS. Each output row is accumulated tap by tap (a contiguous
-/// multiply-add over the row), taps in (c, r, s) order, as the GPU reference sums them:
-/// the two agree to the bit. Padding contributes nothing.
+/// The CPU reference in the layer's layout. Each output row is accumulated tap by tap (a
+/// contiguous multiply-add over the row of an NCHW copy), taps in (c, r, s) order, as the GPU
+/// reference sums them: the two agree to the bit. Padding contributes nothing.
 pub fn cpu_reference(conv: &Conv2d, x: &[f32], w: &[f32]) -> Result<Reference> {
     let g = conv.geometry()?;
     for (buffer, expected, got) in [("x", g.x_len, x.len()), ("w", g.w_len, w.len())] {
         if expected != got {
             return Err(Error::BufferSize { buffer, expected, got });
         }
+    }
+    if conv.layout == TensorLayout::Nhwc {
+        // NHWC / KRSC are NCHW / KCRS with the channel moved last: move it back and forth.
+        let nchw = Conv2d { layout: TensorLayout::Nchw, ..conv.clone() };
+        let x = channels_first(x, conv.n, conv.c, conv.h * conv.w);
+        let w = channels_first(w, conv.k, g.c_per_group, conv.r * conv.s);
+        let r = cpu_reference(&nchw, &x, &w)?;
+        let back = |v: &[f64]| channels_last(v, conv.n, conv.k, g.out_h * g.out_w);
+        return Ok(Reference { value: back(&r.value), magnitude: back(&r.magnitude) });
     }
     let (oh_n, ow_n) = (g.out_h, g.out_w);
     let [pad_h, pad_w] = conv.pad.map(|p| p as isize);
@@ -72,6 +81,28 @@ pub fn cpu_reference(conv: &Conv2d, x: &[f32], w: &[f32]) -> Result<Reference> {
     Ok(Reference { value, magnitude })
 }
 
+/// `[outer][inner][channels]` to `[outer][channels][inner]`.
+pub fn channels_first<T: Copy>(v: &[T], outer: usize, channels: usize, inner: usize) -> Vec<T> {
+    let mut out = Vec::with_capacity(v.len());
+    for o in 0..outer {
+        for c in 0..channels {
+            out.extend((0..inner).map(|i| v[(o * inner + i) * channels + c]));
+        }
+    }
+    out
+}
+
+/// `[outer][channels][inner]` to `[outer][inner][channels]`.
+pub fn channels_last<T: Copy>(v: &[T], outer: usize, channels: usize, inner: usize) -> Vec<T> {
+    let mut out = Vec::with_capacity(v.len());
+    for o in 0..outer {
+        for i in 0..inner {
+            out.extend((0..channels).map(|c| v[(o * channels + c) * inner + i]));
+        }
+    }
+    out
+}
+
 /// The reference kernel's parameters for `conv` (addresses filled in at launch).
 pub fn reference_params(conv: &Conv2d) -> Result<RefConvParams> {
     let g = conv.geometry()?;
@@ -99,6 +130,8 @@ pub fn reference_params(conv: &Conv2d) -> Result<RefConvParams> {
         groups: u(conv.groups),
         c_per_group: u(g.c_per_group),
         k_per_group: u(g.k_per_group),
+        channels_last: (conv.layout == TensorLayout::Nhwc) as u32,
+        _pad: 0,
     })
 }
 
@@ -229,16 +262,22 @@ pub fn with_epilogue(
     let g = conv.geometry()?;
     let plane = g.out_h * g.out_w;
     let slope = epilogue.activation.max_slope();
+    // Element steps of a channel and of a pixel in the output.
+    let (channel_step, pixel_step) = match conv.layout {
+        TensorLayout::Nchw => (plane, 1),
+        TensorLayout::Nhwc => (1, conv.k),
+    };
     let mut out = Reference { value: vec![0.0; g.y_len], magnitude: vec![0.0; g.y_len] };
     for image in 0..conv.n {
         for k in 0..conv.k {
             let b = bias.map_or(0.0, |b| b[k] as f64);
-            let from = (image * conv.k + k) * plane;
-            let to = (image * conv.k + epilogue.out_channel(conv, &g, k)) * plane;
+            let from = image * conv.k * plane + k * channel_step;
+            let to = image * conv.k * plane + epilogue.out_channel(conv, &g, k) * channel_step;
             for i in 0..plane {
-                let r = residual.map_or(0.0, |r| r[to + i] as f64);
-                out.value[to + i] = activation_f64(epilogue.activation, plain.value[from + i] + b) + r;
-                out.magnitude[to + i] = slope * (plain.magnitude[from + i] + b.abs()) + r.abs();
+                let (from, to) = (from + i * pixel_step, to + i * pixel_step);
+                let r = residual.map_or(0.0, |r| r[to] as f64);
+                out.value[to] = activation_f64(epilogue.activation, plain.value[from] + b) + r;
+                out.magnitude[to] = slope * (plain.magnitude[from] + b.abs()) + r.abs();
             }
         }
     }

@@ -11,7 +11,7 @@
 
 use super::{Choice, Origin};
 use crate::{
-    Conv2d, Error, Gpu, Result,
+    Conv2d, Error, Gpu, Result, TensorLayout,
     conv::{cudnn::MathClass, epilogue::Epilogue},
 };
 use serde::{Deserialize, Serialize};
@@ -78,8 +78,8 @@ pub fn build_id() -> &'static str {
 /// and epilogue (NCHW and f32 are all that exist today; they are in the key so that entries
 /// stay apart when more do). A plain layer's key ends in `epilogue=none`.
 pub fn layer_key(conv: &Conv2d, math: MathClass, epilogue: &Epilogue) -> String {
-    let shape = Conv2d { name: None, ..conv.clone() };
-    format!("{shape};layout=nchw;dtype=f32;math={};epilogue={epilogue}", math.name())
+    let shape = Conv2d { name: None, layout: TensorLayout::Nchw, ..conv.clone() };
+    format!("{shape};layout={};dtype=f32;math={};epilogue={epilogue}", conv.layout.name(), math.name())
 }
 
 /// One measured decision.

@@ -1,6 +1,9 @@
 //! The default decision: rules fitted to the H200 measurements in `benches/results/` (the
 //! `default` and `large-kernel` suites; `benches/NOTES.md`, "Planner"), with no GPU work.
 //!
+//! - Channels-last (NHWC) layers: the depthwise kernel's NHWC program where it applies
+//!   (depthwise 3x3, 5x5 and 7x7, stride 1 or 2, multiplier 1), else cuDNN (its heuristic's
+//!   first choice): convkit's other kernels read NCHW.
 //! - Filters of at least [`FFT_MIN_TAPS`] taps go to an FFT convolution: the fused
 //!   whole-image kernel (depthwise layers) or the tiled one at one of its tile sizes, whichever
 //!   the shared cost model ([`fft_gemm::transforms_s`]) estimates faster. Measured: 3.9-61x
@@ -37,7 +40,7 @@
 
 use super::{Choice, Origin};
 use crate::{
-    Conv2d, ConvGeometry,
+    Conv2d, ConvGeometry, TensorLayout,
     conv::{
         Algorithm,
         cudnn::{
@@ -111,6 +114,17 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
         reason,
         time_ms: None,
     };
+    if conv.layout == TensorLayout::Nhwc {
+        if let Ok(tile) = depthwise::choose_tile(conv, geom) {
+            let why = format!(
+                "depthwise {}x{}, stride {}, channels last: the depthwise kernel, {} channels per thread",
+                conv.r, conv.s, conv.stride[0], tile.lane_channels
+            );
+            return pick(Algorithm::Depthwise(tile.name), 0, why);
+        }
+        let why = "channels last: cuDNN's heuristic choice (convkit's other kernels read NCHW)".to_owned();
+        return pick(Algorithm::CudnnHeuristic(math), 0, why);
+    }
     let taps = conv.r * conv.s;
     let depthwise = conv.groups == conv.c && conv.k == conv.c;
     if taps >= FFT_MIN_TAPS {

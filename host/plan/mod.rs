@@ -349,8 +349,7 @@ impl<'g> Plan<'g> {
         match algorithm {
             Algorithm::Direct(name) => {
                 let tile = *direct::variants().iter().find(|t| t.name == *name).ok_or_else(|| unknown(algorithm))?;
-                if !tile.supports(conv.stride[1] as u32, conv.dilation[1] as u32) {
-                    let reason = "row-window tiles need stride_w = dil_w = 1";
+                if let Some(reason) = direct::unsupported(conv, &tile) {
                     return Err(Error::UnsupportedTile { tile: tile.name, reason });
                 }
                 let w = copy_weights(gpu, stream, w)?;

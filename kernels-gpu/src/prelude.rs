@@ -424,3 +424,52 @@ pub fn ldg_nc_f32x4_if(load: bool, global_addr: u64) -> [f32; 4] {
     };
     [a, b, c, d]
 }
+
+/// [`ldg_nc_f32x2`] where `load`, else zeros, without a branch; `global_addr` 8-byte aligned.
+#[inline(always)]
+pub fn ldg_nc_f32x2_if(load: bool, global_addr: u64) -> [f32; 2] {
+    let (a, b): (f32, f32);
+    unsafe {
+        asm!("{{ .reg .pred p; setp.ne.u32 p, {l}, 0; mov.b32 {a}, 0; mov.b32 {b}, 0; \
+              @p ld.global.nc.v2.f32 {{{a}, {b}}}, [{p}]; }}",
+            l = in(reg32) load as u32, p = in(reg64) global_addr, a = out(reg32) a, b = out(reg32) b,
+            options(readonly, nostack))
+    };
+    [a, b]
+}
+
+/// [`stg_f32x2`] where `store`, without a branch; `global_addr` 8-byte aligned.
+#[inline(always)]
+pub fn stg_f32x2_if(store: bool, global_addr: u64, v: [f32; 2]) {
+    unsafe {
+        asm!("{{ .reg .pred p; setp.ne.u32 p, {c}, 0; @p st.global.v2.f32 [{p}], {{{a}, {b}}}; }}",
+            c = in(reg32) store as u32, p = in(reg64) global_addr, a = in(reg32) v[0], b = in(reg32) v[1],
+            options(nostack))
+    };
+}
+
+/// `V` consecutive f32 (`V` of 1, 2 or 4) from `global_addr` where `load`, else zeros, in one
+/// load; `global_addr` aligned to `4·V` bytes.
+#[inline(always)]
+pub fn ldg_nc_vec_if<const V: usize>(load: bool, global_addr: u64) -> [f32; V] {
+    const { assert!(V == 1 || V == 2 || V == 4) };
+    let mut out = [0.0f32; V];
+    match V {
+        4 => out.copy_from_slice(&ldg_nc_f32x4_if(load, global_addr)),
+        2 => out.copy_from_slice(&ldg_nc_f32x2_if(load, global_addr)),
+        _ => out[0] = ldg_nc_f32_if(load, global_addr),
+    }
+    out
+}
+
+/// `V` consecutive f32 (`V` of 1, 2 or 4) to `global_addr` where `store`, in one store;
+/// `global_addr` aligned to `4·V` bytes.
+#[inline(always)]
+pub fn stg_vec_if<const V: usize>(store: bool, global_addr: u64, v: [f32; V]) {
+    const { assert!(V == 1 || V == 2 || V == 4) };
+    match V {
+        4 => stg_f32x4_if(store, global_addr, [v[0], v[1], v[2], v[3]]),
+        2 => stg_f32x2_if(store, global_addr, [v[0], v[1]]),
+        _ => stg_f32_if(store, global_addr, v[0]),
+    }
+}

@@ -15,8 +15,8 @@ use bytemuck::{Pod, Zeroable};
 pub const REFERENCE_KERNEL: &str = "reference_conv_f64";
 pub const COMPARE_KERNEL: &str = "compare_to_reference";
 
-/// Parameters of the f64 reference convolution (NCHW input, KCRS filter, NCHW output).
-/// Every extent is validated by the host to fit 32 bits.
+/// Parameters of the f64 reference convolution (NCHW input, KCRS filter, NCHW output; with
+/// `channels_last`, NHWC, KRSC and NHWC). Every extent is validated by the host to fit 32 bits.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct RefConvParams {
@@ -44,6 +44,10 @@ pub struct RefConvParams {
     pub groups: u32,
     pub c_per_group: u32,
     pub k_per_group: u32,
+    /// 1: the tensors are channels last (NHWC input and output, KRSC filter); 0: NCHW.
+    pub channels_last: u32,
+    /// Keeps the struct free of implicit padding.
+    pub _pad: u32,
 }
 
 impl RefConvParams {
@@ -51,22 +55,30 @@ impl RefConvParams {
         self.n as u64 * self.k as u64 * self.out_h as u64 * self.out_w as u64
     }
 
-    /// `(Σ x·w, Σ |x·w|)` in f64 for output `index` (flat NCHW), taps in (c, r, s) order.
-    /// Padding contributes nothing (not a product with zero: `0 · ∞` would be NaN).
-    /// `x(i)` and `w(i)` read element `i` of the input and the filter.
+    /// `(Σ x·w, Σ |x·w|)` in f64 for output `index` (flat, in the layout's order), taps in
+    /// (c, r, s) order. Padding contributes nothing (not a product with zero: `0 · ∞` would
+    /// be NaN). `x(i)` and `w(i)` read element `i` of the input and the filter.
     #[inline(always)]
     pub fn output(&self, index: u64, x: impl Fn(u64) -> f32, w: impl Fn(u64) -> f32) -> (f64, f64) {
         // A reference, not a hot path: plain 64-bit division keeps it obviously right.
-        let ow = index % self.out_w as u64;
-        let oh = index / self.out_w as u64 % self.out_h as u64;
-        let k = index / (self.out_w as u64 * self.out_h as u64) % self.k as u64;
-        let image = index / (self.out_w as u64 * self.out_h as u64 * self.k as u64);
+        let (out_h, out_w, k_all) = (self.out_h as u64, self.out_w as u64, self.k as u64);
+        let last = self.channels_last != 0;
+        let (image, k, oh, ow) = if last {
+            (index / (out_w * out_h * k_all), index % k_all, index / (out_w * k_all) % out_h, index / k_all % out_w)
+        } else {
+            (index / (out_w * out_h * k_all), index / (out_w * out_h) % k_all, index / out_w % out_h, index % out_w)
+        };
         let group = k / self.k_per_group as u64;
         let (in_h, in_w) = (self.in_h as i64, self.in_w as i64);
+        let (c, c_per_group, rs) = (self.c as u64, self.c_per_group as u64, (self.filter_r * self.filter_s) as u64);
+        // Element steps of the input's channel, row and column, and the filter's channel, r, s.
+        let (x_c, x_h, x_w) = if last { (1, in_w as u64 * c, c) } else { ((in_h * in_w) as u64, in_w as u64, 1) };
+        let (w_c, w_r, w_s) =
+            if last { (1, self.filter_s as u64 * c_per_group, c_per_group) } else { (rs, self.filter_s as u64, 1) };
         let (mut sum, mut magnitude) = (0.0f64, 0.0f64);
-        for cg in 0..self.c_per_group as u64 {
-            let plane = (image * self.c as u64 + group * self.c_per_group as u64 + cg) * (in_h * in_w) as u64;
-            let taps = (k * self.c_per_group as u64 + cg) * (self.filter_r * self.filter_s) as u64;
+        for cg in 0..c_per_group {
+            let plane = image * c * (in_h * in_w) as u64 + (group * c_per_group + cg) * x_c;
+            let taps = k * c_per_group * rs + cg * w_c;
             for r in 0..self.filter_r as i64 {
                 let ih = oh as i64 * self.stride_h as i64 + r * self.dil_h as i64 - self.pad_h as i64;
                 if ih < 0 || ih >= in_h {
@@ -77,8 +89,8 @@ impl RefConvParams {
                     if iw < 0 || iw >= in_w {
                         continue;
                     }
-                    let xv = x(plane + (ih * in_w + iw) as u64) as f64;
-                    let wv = w(taps + (r * self.filter_s as i64 + s) as u64) as f64;
+                    let xv = x(plane + ih as u64 * x_h + iw as u64 * x_w) as f64;
+                    let wv = w(taps + r as u64 * w_r + s as u64 * w_s) as f64;
                     // The product of two f32 values is exact in f64.
                     let product = xv * wv;
                     sum += product;

@@ -4,7 +4,7 @@
 //! (the `sm90_xmma_*` implicit GEMMs among them), which the legacy API never reaches.
 
 use super::{Handle, MathClass, Operands, require_library};
-use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, error::Context};
+use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, TensorLayout, error::Context};
 use cudarc::{
     cudnn::sys::{
         self, cudnnBackendAttributeName_t as Attr, cudnnBackendAttributeType_t as Type,
@@ -245,15 +245,15 @@ pub struct EngineConv<'g> {
 }
 
 impl<'g> EngineConv<'g> {
-    /// The graph of `conv` (NCHW, f32, f32 compute), run on `stream`.
+    /// The graph of `conv` (in its layout, f32, f32 compute), run on `stream`.
     pub fn new(gpu: &'g Gpu, stream: &Arc<CudaStream>, conv: &Conv2d) -> Result<Self> {
         require_library()?;
         let geom = conv.geometry()?;
         let handle = Handle::new(gpu, stream)?;
         let i = |v: usize| v as i64;
-        let x = tensor(X_UID, [i(conv.n), i(conv.c), i(conv.h), i(conv.w)])?;
-        let w = tensor(W_UID, [i(conv.k), i(geom.c_per_group), i(conv.r), i(conv.s)])?;
-        let y = tensor(Y_UID, [i(conv.n), i(conv.k), i(geom.out_h), i(geom.out_w)])?;
+        let x = tensor(X_UID, [i(conv.n), i(conv.c), i(conv.h), i(conv.w)], conv.layout)?;
+        let w = tensor(W_UID, [i(conv.k), i(geom.c_per_group), i(conv.r), i(conv.s)], conv.layout)?;
+        let y = tensor(Y_UID, [i(conv.n), i(conv.k), i(geom.out_h), i(geom.out_w)], conv.layout)?;
 
         let desc = Desc::new(Kind::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
         desc.set(
@@ -375,9 +375,13 @@ impl<'g> EngineConv<'g> {
     }
 }
 
-/// A packed NCHW (or KCRS) f32 tensor descriptor.
-fn tensor(uid: i64, dims: [i64; 4]) -> Result<Desc> {
-    let strides = [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1];
+/// A packed f32 tensor descriptor of NCHW (or KCRS) `dims`, stored in `layout` (NHWC: KRSC).
+fn tensor(uid: i64, dims: [i64; 4], layout: TensorLayout) -> Result<Desc> {
+    let [_, c, h, w] = dims;
+    let strides = match layout {
+        TensorLayout::Nchw => [c * h * w, h * w, w, 1],
+        TensorLayout::Nhwc => [h * w * c, 1, w * c, c],
+    };
     let t = Desc::new(Kind::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
     t.set(Attr::CUDNN_ATTR_TENSOR_DATA_TYPE, Type::CUDNN_TYPE_DATA_TYPE, &[sys::cudnnDataType_t::CUDNN_DATA_FLOAT])?;
     t.set_i64s(Attr::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?;

@@ -4,7 +4,7 @@
 //! over cudarc's bindings (its safe layer has no FindEx).
 
 use super::{Handle, MathClass, Operands};
-use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, error::Context};
+use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, TensorLayout, error::Context};
 use cudarc::{
     cudnn::{result, sys},
     driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut},
@@ -149,15 +149,20 @@ impl<'g> LegacyConv<'g> {
         let int = |v: usize| v as i32; // geometry() bounds every extent by i32::MAX
         let float = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
         let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+        // NHWC tensors take an NHWC (KRSC) filter; dimensions stay in NCHW order.
+        let format = match conv.layout {
+            TensorLayout::Nchw => nchw,
+            TensorLayout::Nhwc => sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC,
+        };
         unsafe {
             let x = TensorDesc(result::create_tensor_descriptor().during("cudnnCreateTensorDescriptor")?);
-            result::set_tensor4d_descriptor(x.0, nchw, float, [conv.n, conv.c, conv.h, conv.w].map(int))
+            result::set_tensor4d_descriptor(x.0, format, float, [conv.n, conv.c, conv.h, conv.w].map(int))
                 .during("cudnnSetTensor4dDescriptor(x)")?;
             let y = TensorDesc(result::create_tensor_descriptor().during("cudnnCreateTensorDescriptor")?);
-            result::set_tensor4d_descriptor(y.0, nchw, float, [conv.n, conv.k, geom.out_h, geom.out_w].map(int))
+            result::set_tensor4d_descriptor(y.0, format, float, [conv.n, conv.k, geom.out_h, geom.out_w].map(int))
                 .during("cudnnSetTensor4dDescriptor(y)")?;
             let w = FilterDesc(result::create_filter_descriptor().during("cudnnCreateFilterDescriptor")?);
-            result::set_filter4d_descriptor(w.0, float, nchw, [conv.k, geom.c_per_group, conv.r, conv.s].map(int))
+            result::set_filter4d_descriptor(w.0, float, format, [conv.k, geom.c_per_group, conv.r, conv.s].map(int))
                 .during("cudnnSetFilter4dDescriptor")?;
             let conv_desc = |math: Math| -> Result<ConvDesc> {
                 let d = ConvDesc(result::create_convolution_descriptor().during("cudnnCreateConvolutionDescriptor")?);

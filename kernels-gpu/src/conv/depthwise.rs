@@ -1,5 +1,5 @@
 //! Depthwise convolution (groups = C, channel multiplier M = K / C of 1 or 2), forward, f32,
-//! NCHW: the kernel ABI, its tile math and the block program. Launched by
+//! NCHW (channels last: [`nhwc`]): the kernel ABI, its tile math and the block program. Launched by
 //! `host/conv/depthwise.rs`. Layers outside its variants (other or rectangular filters, other
 //! strides, dilation) run the grouped direct kernel (`conv/direct.rs`), the generic path.
 //!
@@ -26,6 +26,7 @@
 use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
 
+pub mod nhwc;
 pub mod rows;
 
 /// Threads per block of every depthwise kernel.
@@ -94,6 +95,9 @@ pub enum DepthwiseProgram {
     /// (padding `(S - 1) / 2`), 16-byte aligned tensors (elsewhere the launcher runs the
     /// layer's `Tiles` variant). `tile_h` and `tile_w` are then a lane's 1 x 4 outputs.
     Rows,
+    /// Channels last (NHWC tensors, multiplier 1): a thread's `lane_channels` channels of
+    /// `tile_w` adjacent outputs down a segment of rows ([`nhwc`]). `tile_h` is 1.
+    Channels,
 }
 
 /// One variant: filter size, stride and channel multiplier it computes, and its output tile.
@@ -113,6 +117,9 @@ pub struct DepthwiseTile {
     pub multiplier: u32,
     pub tile_h: u32,
     pub tile_w: u32,
+    /// Adjacent channels per thread (`Channels`: one load of `4·lane_channels` bytes per pixel);
+    /// 1 for the NCHW programs.
+    pub lane_channels: u32,
 }
 
 impl DepthwiseTile {
@@ -199,7 +206,7 @@ impl DepthwiseTile {
     /// Whether the variant's shape is one the program handles: whole thread rows, whole
     /// planes per block, a window that fits the register array.
     pub const fn is_well_formed(&self) -> bool {
-        matches!(self.program, DepthwiseProgram::Rows)
+        matches!(self.program, DepthwiseProgram::Rows | DepthwiseProgram::Channels)
             || self.tile_w.is_multiple_of(PX)
                 && self.tile_h.is_multiple_of(RY)
                 && BLOCK_THREADS.is_multiple_of(self.threads_per_plane())
@@ -268,6 +275,7 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
         multiplier: M as u32,
         tile_h: TH as u32,
         tile_w: TW as u32,
+        lane_channels: 1,
     };
     let (tile_row, tile_col) = p.tiles_w.div_rem(tile_index);
     let first_plane = plane_group * t.planes_per_block();
@@ -494,7 +502,8 @@ fn window<const K: usize, const ST: usize, B: TileBlock>(b: &mut B, slot: u32, s
 macro_rules! depthwise_fwd_variants {
     (
         tiles: [$(($name:ident, $k:literal, $st:literal, $m:literal, $th:literal, $tw:literal)),* $(,)?],
-        rows: [$(($r_name:ident, $r_m:literal, [$r_k:literal, $r_h:literal, $r_st:literal, $r_n:literal, $r_r:literal, $r_s:literal, $r_d:literal])),* $(,)?] $(,)?
+        rows: [$(($r_name:ident, $r_m:literal, [$r_k:literal, $r_h:literal, $r_st:literal, $r_n:literal, $r_r:literal, $r_s:literal, $r_d:literal])),* $(,)?],
+        channels: [$(($c_name:ident, [$c_k:literal, $c_st:literal, $c_s:literal, $c_u:literal, $c_v:literal, $c_tw:literal, $c_w:literal])),* $(,)?] $(,)?
     ) => {
         /// Every variant in the PTX, by entry-point name.
         pub const DEPTHWISE_FWD_VARIANTS: &[DepthwiseTile] = &[
@@ -503,11 +512,15 @@ macro_rules! depthwise_fwd_variants {
                 entries: super::epilogue::ModeEntries {
                     plain: stringify!($name), clamp: stringify!($name), smooth: stringify!($name),
                 },
-                filter: $k, stride: $st, multiplier: $m, tile_h: $th, tile_w: $tw,
+                filter: $k, stride: $st, multiplier: $m, tile_h: $th, tile_w: $tw, lane_channels: 1,
             },)*
             $(DepthwiseTile {
                 name: stringify!($r_name), program: DepthwiseProgram::Rows, entries: crate::mode_entries!($r_name),
-                filter: $r_k, stride: $r_st, multiplier: $r_m, tile_h: 1, tile_w: rows::ROW_PX,
+                filter: $r_k, stride: $r_st, multiplier: $r_m, tile_h: 1, tile_w: rows::ROW_PX, lane_channels: 1,
+            },)*
+            $(DepthwiseTile {
+                name: stringify!($c_name), program: DepthwiseProgram::Channels, entries: crate::mode_entries!($c_name),
+                filter: $c_k, stride: $c_st, multiplier: 1, tile_h: 1, tile_w: $c_tw, lane_channels: $c_v,
             },)*
         ];
 
@@ -531,6 +544,15 @@ macro_rules! depthwise_fwd_variants {
             }
         }
 
+        pub fn channels_program<L: nhwc::NhwcLane>(name: &str) -> Option<fn(&mut L, &nhwc::DepthwiseNhwcParams, nhwc::NhwcCoords)> {
+            match name {
+                $(stringify!($c_name) => Some(|l, p, at| {
+                    crate::by_mode!(p.epilogue, MODE => nhwc::channels_last::<$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, MODE, L>(l, p, at))
+                }),)*
+                _ => None,
+            }
+        }
+
         #[cfg(target_arch = "nvptx64")]
         mod entry {
             use crate::prelude::{block_idx_x, block_idx_z};
@@ -542,6 +564,7 @@ macro_rules! depthwise_fwd_variants {
                 }
             )*
             $(crate::mode_entry_points!($r_name, super::DepthwiseFwdParams, super::device::rows_kernel, [$r_k, $r_h, $r_st, $r_n, $r_r, $r_s, $r_m, $r_d]);)*
+            $(crate::mode_entry_points!($c_name, super::nhwc::DepthwiseNhwcParams, super::nhwc::device::kernel, [$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w]);)*
         }
     };
 }
@@ -610,6 +633,20 @@ depthwise_fwd_variants!(
         (depthwise_rows_k3_s2_m2, 2, [3, 1, 2, 8, 0, 2, 4]),
         (depthwise_rows_k5_s2_m1, 1, [5, 2, 2, 8, 1, 3, 6]),
         (depthwise_rows_k7_s2_m1, 1, [7, 3, 2, 8, 2, 4, 8]),
+    ],
+    // [K, ST, S = ceil(K / ST), U = ST·S, V channels, TW columns, W = (TW - 1)·ST + K]
+    channels: [
+        (depthwise_nhwc_k3_s1_c4, [3, 1, 3, 3, 4, 4, 6]),
+        (depthwise_nhwc_k3_s1_c2, [3, 1, 3, 3, 2, 4, 6]),
+        (depthwise_nhwc_k3_s1_c1, [3, 1, 3, 3, 1, 4, 6]),
+        (depthwise_nhwc_k3_s2_c4, [3, 2, 2, 4, 4, 4, 9]),
+        (depthwise_nhwc_k3_s2_c2, [3, 2, 2, 4, 2, 4, 9]),
+        (depthwise_nhwc_k3_s2_c1, [3, 2, 2, 4, 1, 4, 9]),
+        (depthwise_nhwc_k5_s1_c2, [5, 1, 5, 5, 2, 4, 8]),
+        (depthwise_nhwc_k5_s1_c1, [5, 1, 5, 5, 1, 4, 8]),
+        (depthwise_nhwc_k5_s2_c1, [5, 2, 3, 6, 1, 4, 11]),
+        (depthwise_nhwc_k7_s1_c1, [7, 1, 7, 7, 1, 4, 10]),
+        (depthwise_nhwc_k7_s2_c1, [7, 2, 4, 8, 1, 4, 13]),
     ],
 );
 

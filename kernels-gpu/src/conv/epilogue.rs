@@ -327,20 +327,25 @@ impl EpilogueParams {
 /// Entry point of the stand-alone epilogue pass ([`EpiloguePassParams`]).
 pub const EPILOGUE_KERNEL: &str = "epilogue_pass";
 
-/// Parameters of [`EPILOGUE_KERNEL`]: reads a convolution's output in the groups' order, NCHW,
-/// and writes it through the epilogue. A block walks output planes `gridDim.x` apart, its
-/// threads the plane's elements. In place (`src == dst`) when the epilogue keeps the order.
+/// Parameters of [`EPILOGUE_KERNEL`]: reads a convolution's output in the groups' order and
+/// writes it through the epilogue. A block walks output planes (NCHW) or pixels (NHWC)
+/// `gridDim.x` apart, its threads their elements. In place (`src == dst`) when the epilogue
+/// keeps the order.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct EpiloguePassParams {
     pub src: u64,
     pub dst: u64,
-    /// Output planes, `n * K`.
+    /// Output planes, `n * K` (NCHW), or pixels, `n * out_h * out_w` (NHWC).
     pub planes: u64,
-    /// Elements per output plane (`out_h * out_w`).
+    /// Elements per output plane (`out_h * out_w`; NHWC: unused).
     pub plane: u32,
     /// Output channels `K`.
     pub channels: u32,
+    /// 1: the output is NHWC (a pixel's channels adjacent), 0: NCHW.
+    pub channels_last: u32,
+    /// Keeps the struct free of implicit padding.
+    pub _pad: u32,
     pub epilogue: EpilogueParams,
 }
 
@@ -391,12 +396,25 @@ mod device {
     }
 
     /// A block per output plane at a time: its channel and destination once, then the
-    /// plane's elements one per thread.
+    /// plane's elements one per thread (NHWC: a block per pixel, a thread per channel).
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn epilogue_pass(p: EpiloguePassParams) {
         let (src, dst) = (to_global(p.src), to_global(p.dst));
         let (channels, plane) = (p.channels as u64, p.plane as u64);
         let mut q = block_idx_x() as u64;
+        if p.channels_last != 0 {
+            while q < p.planes {
+                let mut k = thread_idx_x();
+                while k < p.channels {
+                    let (from, to) = (q * channels + k as u64, q * channels + p.epilogue.out_channel(k) as u64);
+                    let v = ld_global_f32(src + 4 * from);
+                    stg_f32(dst + 4 * to, p.epilogue.finish(v, p.epilogue.load_bias(k), to));
+                    k += block_dim_x();
+                }
+                q += grid_dim_x() as u64;
+            }
+            return;
+        }
         while q < p.planes {
             let (image, k) = (q / channels, (q % channels) as u32);
             let to = (image * channels + p.epilogue.out_channel(k) as u64) * plane;
