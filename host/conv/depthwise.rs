@@ -138,12 +138,12 @@ fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile) -> Option<(usize, usize)> 
     (threads <= i32::MAX as usize).then_some((segment, threads))
 }
 
-/// The heuristic's channels-last variant for buffers aligned to `align` bytes: the most
-/// channels per thread that divide C and whose loads the alignment allows.
+/// The heuristic's channels-last variant for buffers aligned to `align` bytes: the first of
+/// the layer's in the variants' order (measured preference) whose channels per thread divide
+/// C and whose loads the alignment allows.
 fn channels_variant(conv: &Conv2d, align: usize) -> Option<DepthwiseTile> {
     supporting_variants(conv)
-        .filter(|t| t.program == DepthwiseProgram::Channels && align.is_multiple_of(4 * t.lane_channels as usize))
-        .max_by_key(|t| t.lane_channels)
+        .find(|t| t.program == DepthwiseProgram::Channels && align.is_multiple_of(4 * t.lane_channels as usize))
         .copied()
 }
 
@@ -387,7 +387,7 @@ pub fn forward_fused(
 }
 
 /// [`forward_fused`] of a `Channels` variant (that computes `conv`). Buffers not aligned to its
-/// loads of `4·lane_channels` bytes run the widest variant they are aligned for.
+/// loads of `4·lane_channels` bytes run the heuristic's variant for their alignment.
 #[allow(clippy::too_many_arguments)] // forward_fused's, and the geometry
 fn forward_channels_last(
     gpu: &Gpu,

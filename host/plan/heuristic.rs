@@ -2,8 +2,10 @@
 //! `default` and `large-kernel` suites; `benches/NOTES.md`, "Planner"), with no GPU work.
 //!
 //! - Channels-last (NHWC) layers: the depthwise kernel's NHWC program where it applies
-//!   (depthwise 3x3, 5x5 and 7x7, stride 1 or 2, multiplier 1), else cuDNN (its heuristic's
-//!   first choice): convkit's other kernels read NCHW.
+//!   (depthwise 3x3, 5x5 and 7x7, stride 1 or 2, multiplier 1) except 3x3 at stride 2, else
+//!   cuDNN (its heuristic's first choice): convkit's other kernels read NCHW, and cuDNN's NHWC
+//!   depthwise engine ran MobileNetV2's four stride-2 layers 6-21% faster than ours (at 73-85%
+//!   of HBM bandwidth on the large ones; `benches/NOTES.md`, "Depthwise v5").
 //! - Filters of at least [`FFT_MIN_TAPS`] taps go to an FFT convolution: the fused
 //!   whole-image kernel (depthwise layers) or the tiled one at one of its tile sizes, whichever
 //!   the shared cost model ([`fft_gemm::transforms_s`]) estimates faster. Measured: 3.9-61x
@@ -115,7 +117,10 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
         time_ms: None,
     };
     if conv.layout == TensorLayout::Nhwc {
-        if let Ok(tile) = depthwise::choose_tile(conv, geom) {
+        let cudnn_faster = conv.r == 3 && conv.stride[0] == 2;
+        if let Ok(tile) = depthwise::choose_tile(conv, geom)
+            && !cudnn_faster
+        {
             let why = format!(
                 "depthwise {}x{}, stride {}, channels last: the depthwise kernel, {} channels per thread",
                 conv.r, conv.s, conv.stride[0], tile.lane_channels

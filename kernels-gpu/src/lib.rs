@@ -56,6 +56,19 @@ pub(crate) fn opaque(v: u32) -> u32 {
     v
 }
 
+/// Holds `v` as it is here: an empty `asm` that LLVM may neither move nor drop, so that what
+/// computes `v` runs before this point (LLVM otherwise sank a step's multiply-adds past the
+/// next step's exit test, keeping input rows live instead of sums).
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+pub(crate) fn pin(v: &mut f32) {
+    unsafe { core::arch::asm!("// pin {v}", v = inout(reg32) * v, options(nomem, nostack)) };
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+pub(crate) fn pin(_: &mut f32) {}
+
 /// `f(0)`, `f(1)`, ..., `f(N - 1)` as straight-line code (`N` at most 16), up to the first
 /// that returns `false`: each call inlined with its index a constant, whatever the size of the
 /// body (LLVM's unroller leaves a loop rolled past its threshold, and register arrays indexed

@@ -502,8 +502,8 @@ fn window<const K: usize, const ST: usize, B: TileBlock>(b: &mut B, slot: u32, s
 macro_rules! depthwise_fwd_variants {
     (
         tiles: [$(($name:ident, $k:literal, $st:literal, $m:literal, $th:literal, $tw:literal)),* $(,)?],
-        rows: [$(($r_name:ident, $r_m:literal, [$r_k:literal, $r_h:literal, $r_st:literal, $r_n:literal, $r_r:literal, $r_s:literal, $r_d:literal])),* $(,)?],
-        channels: [$(($c_name:ident, [$c_k:literal, $c_st:literal, $c_s:literal, $c_u:literal, $c_v:literal, $c_tw:literal, $c_w:literal])),* $(,)?] $(,)?
+        rows: [$(($r_name:ident, $r_m:literal, [$r_k:literal, $r_h:literal, $r_st:literal, $r_n:literal, $r_r:literal, $r_s:literal, $r_d:literal, $r_pin:literal])),* $(,)?],
+        channels: [$(($c_name:ident, [$c_k:literal, $c_st:literal, $c_s:literal, $c_u:literal, $c_v:literal, $c_tw:literal, $c_w:literal, $c_pin:literal])),* $(,)?] $(,)?
     ) => {
         /// Every variant in the PTX, by entry-point name.
         pub const DEPTHWISE_FWD_VARIANTS: &[DepthwiseTile] = &[
@@ -538,7 +538,7 @@ macro_rules! depthwise_fwd_variants {
         pub fn rows_program<L: rows::RowLane>(name: &str) -> Option<fn(&mut L, &DepthwiseFwdParams, rows::RowCoords)> {
             match name {
                 $(stringify!($r_name) => Some(|l, p, at| {
-                    crate::by_mode!(p.epilogue, MODE => rows::rows::<$r_k, $r_h, $r_st, $r_n, $r_r, $r_s, $r_m, $r_d, MODE, L>(l, p, at))
+                    crate::by_mode!(p.epilogue, MODE => rows::rows::<$r_k, $r_h, $r_st, $r_n, $r_r, $r_s, $r_m, $r_d, $r_pin, MODE, L>(l, p, at))
                 }),)*
                 _ => None,
             }
@@ -547,7 +547,7 @@ macro_rules! depthwise_fwd_variants {
         pub fn channels_program<L: nhwc::NhwcLane>(name: &str) -> Option<fn(&mut L, &nhwc::DepthwiseNhwcParams, nhwc::NhwcCoords)> {
             match name {
                 $(stringify!($c_name) => Some(|l, p, at| {
-                    crate::by_mode!(p.epilogue, MODE => nhwc::channels_last::<$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, MODE, L>(l, p, at))
+                    crate::by_mode!(p.epilogue, MODE => nhwc::channels_last::<$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, $c_pin, MODE, L>(l, p, at))
                 }),)*
                 _ => None,
             }
@@ -563,8 +563,8 @@ macro_rules! depthwise_fwd_variants {
                     super::convolve::<$k, $st, $m, $th, $tw, _>(&mut b, &p, block_idx_x(), p.z_base + block_idx_z());
                 }
             )*
-            $(crate::mode_entry_points!($r_name, super::DepthwiseFwdParams, super::device::rows_kernel, [$r_k, $r_h, $r_st, $r_n, $r_r, $r_s, $r_m, $r_d]);)*
-            $(crate::mode_entry_points!($c_name, super::nhwc::DepthwiseNhwcParams, super::nhwc::device::kernel, [$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w]);)*
+            $(crate::mode_entry_points!($r_name, super::DepthwiseFwdParams, super::device::rows_kernel, [$r_k, $r_h, $r_st, $r_n, $r_r, $r_s, $r_m, $r_d, $r_pin]);)*
+            $(crate::mode_entry_points!($c_name, super::nhwc::DepthwiseNhwcParams, super::nhwc::device::kernel, [$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, $c_pin]);)*
         }
     };
 }
@@ -624,29 +624,30 @@ depthwise_fwd_variants!(
     // from the right neighbour R = H + 1 - ST, output rows in flight S = ceil(K / ST), rows of
     // loads in flight D (a multiple of ST·S).
     rows: [
-        (depthwise_rows_k3_m1, 1, [3, 1, 1, 4, 1, 3, 6]),
-        (depthwise_rows_k3_m2, 2, [3, 1, 1, 4, 1, 3, 6]),
-        (depthwise_rows_k5_m1, 1, [5, 2, 1, 4, 2, 5, 5]),
-        (depthwise_rows_k5_m2, 2, [5, 2, 1, 4, 2, 5, 5]),
-        (depthwise_rows_k7_m1, 1, [7, 3, 1, 4, 3, 7, 7]),
-        (depthwise_rows_k3_s2_m1, 1, [3, 1, 2, 8, 0, 2, 4]),
-        (depthwise_rows_k3_s2_m2, 2, [3, 1, 2, 8, 0, 2, 4]),
-        (depthwise_rows_k5_s2_m1, 1, [5, 2, 2, 8, 1, 3, 6]),
-        (depthwise_rows_k7_s2_m1, 1, [7, 3, 2, 8, 2, 4, 8]),
+        (depthwise_rows_k3_m1, 1, [3, 1, 1, 4, 1, 3, 6, true]),
+        (depthwise_rows_k3_m2, 2, [3, 1, 1, 4, 1, 3, 6, true]),
+        (depthwise_rows_k5_m1, 1, [5, 2, 1, 4, 2, 5, 5, true]),
+        (depthwise_rows_k5_m2, 2, [5, 2, 1, 4, 2, 5, 5, true]),
+        (depthwise_rows_k7_m1, 1, [7, 3, 1, 4, 3, 7, 7, true]),
+        (depthwise_rows_k3_s2_m1, 1, [3, 1, 2, 8, 0, 2, 4, true]),
+        (depthwise_rows_k3_s2_m2, 2, [3, 1, 2, 8, 0, 2, 4, true]),
+        (depthwise_rows_k5_s2_m1, 1, [5, 2, 2, 8, 1, 3, 6, true]),
+        (depthwise_rows_k7_s2_m1, 1, [7, 3, 2, 8, 2, 4, 8, true]),
     ],
-    // [K, ST, S = ceil(K / ST), U = ST·S, V channels, TW columns, W = (TW - 1)·ST + K]
+    // [K, ST, S = ceil(K / ST), U = ST·S, V channels, TW columns, W = (TW - 1)·ST + K, PIN],
+    // each filter and stride in the heuristic's order (H200, the depthwise suite's NHWC layers:
+    // 2 channels per thread beat 4 and 1 at 3x3 stride 1; at stride 2, 1 beat 2 and, on all but
+    // the 112- and 56-wide maps, 4, which spilled unpinned and ran 6-18% slower pinned; 1 beat
+    // 2 at 5x5; pinned sums won at 7x7 on 56- and 28-wide maps, lost at 3x3 and 5x5). The
+    // 1-channel variants take any C and alignment.
     channels: [
-        (depthwise_nhwc_k3_s1_c4, [3, 1, 3, 3, 4, 4, 6]),
-        (depthwise_nhwc_k3_s1_c2, [3, 1, 3, 3, 2, 4, 6]),
-        (depthwise_nhwc_k3_s1_c1, [3, 1, 3, 3, 1, 4, 6]),
-        (depthwise_nhwc_k3_s2_c4, [3, 2, 2, 4, 4, 4, 9]),
-        (depthwise_nhwc_k3_s2_c2, [3, 2, 2, 4, 2, 4, 9]),
-        (depthwise_nhwc_k3_s2_c1, [3, 2, 2, 4, 1, 4, 9]),
-        (depthwise_nhwc_k5_s1_c2, [5, 1, 5, 5, 2, 4, 8]),
-        (depthwise_nhwc_k5_s1_c1, [5, 1, 5, 5, 1, 4, 8]),
-        (depthwise_nhwc_k5_s2_c1, [5, 2, 3, 6, 1, 4, 11]),
-        (depthwise_nhwc_k7_s1_c1, [7, 1, 7, 7, 1, 4, 10]),
-        (depthwise_nhwc_k7_s2_c1, [7, 2, 4, 8, 1, 4, 13]),
+        (depthwise_nhwc_k3_s1_c2, [3, 1, 3, 3, 2, 4, 6, false]),
+        (depthwise_nhwc_k3_s1_c1, [3, 1, 3, 3, 1, 4, 6, false]),
+        (depthwise_nhwc_k3_s2_c1, [3, 2, 2, 4, 1, 4, 9, false]),
+        (depthwise_nhwc_k5_s1_c1, [5, 1, 5, 5, 1, 4, 8, false]),
+        (depthwise_nhwc_k5_s2_c1, [5, 2, 3, 6, 1, 4, 11, false]),
+        (depthwise_nhwc_k7_s1_c1, [7, 1, 7, 7, 1, 4, 10, true]),
+        (depthwise_nhwc_k7_s2_c1, [7, 2, 4, 8, 1, 4, 13, true]),
     ],
 );
 
@@ -685,6 +686,7 @@ mod device {
         const S: usize,
         const M: usize,
         const D: usize,
+        const PIN: bool,
         const MODE: u32,
     >(
         p: &DepthwiseFwdParams,
@@ -696,7 +698,7 @@ mod device {
             return;
         }
         let at = p.row_coords(warp, thread % 32);
-        super::rows::rows::<K, H, ST, N, R, S, M, D, MODE, _>(&mut GpuDepthwise::new(p), p, at);
+        super::rows::rows::<K, H, ST, N, R, S, M, D, PIN, MODE, _>(&mut GpuDepthwise::new(p), p, at);
     }
 
     impl RowLane for GpuDepthwise {

@@ -82,7 +82,8 @@ impl DepthwiseNhwcParams {
 
 /// What the program does outside its registers: one thread's view. Offsets count elements.
 pub trait NhwcLane {
-    /// Input elements `offset .. offset + V` where `load`, else zeros (one `4·V`-byte load).
+    /// Input elements `offset .. offset + V` where `load`, else zeros (one `4·V`-byte load;
+    /// `offset` is not read, and may be anything, where `load` is false).
     fn load<const V: usize>(&mut self, load: bool, offset: u64) -> [f32; V];
     /// Filter element `offset`.
     fn tap(&mut self, offset: u64) -> f32;
@@ -95,8 +96,11 @@ pub trait NhwcLane {
 }
 
 /// The program of one thread, for filter `K`, stride `ST`, `S = ceil(K / ST)` output rows in
-/// flight (the loop unrolled by `U = ST·S`), `V` channels and `TW` output columns per thread (`W = (TW - 1)·ST + K` input
-/// columns), store mode `MODE`.
+/// flight (the loop unrolled by `U = ST·S`), `V` channels and `TW` output columns per thread
+/// (`W = (TW - 1)·ST + K` input columns), `PIN` (each step's sums completed before the next
+/// step, [`crate::pin`]; without it LLVM defers multiply-adds to the store that needs them,
+/// which holds input rows instead: faster for 3x3 and 5x5 filters, slower for 7x7) and store
+/// mode `MODE`.
 // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
@@ -108,6 +112,7 @@ pub fn channels_last<
     const V: usize,
     const TW: usize,
     const W: usize,
+    const PIN: bool,
     const MODE: u32,
     L: NhwcLane,
 >(
@@ -137,18 +142,15 @@ pub fn channels_last<
     let steps = ST as u32 * (at.end_row - at.first_row - 1) + K as u32;
     let first_in = (ST as u32 * at.first_row) as i32 - p.pad_h;
     let image_rows = at.image as u64 * p.in_h as u64;
-    let load_row = |l: &mut L, t: u32| {
+    let load_row = |l: &mut L, t: u32| -> [[f32; V]; W] {
         let y = first_in + t as i32;
         let row_live = t < steps && (y as u32) < p.in_h;
         // Pixel (y, first_col)'s channel `channel`, wrapped where either is outside (never read).
         let row = ((image_rows + y as u32 as u64) * p.in_w as u64).wrapping_add(first_col as i64 as u64);
         let base = row.wrapping_mul(c).wrapping_add(at.channel as u64);
-        let mut x = [[0.0f32; V]; W];
-        for j in 0..W {
-            let live = row_live && col_live[j];
-            x[j] = l.load::<V>(live, if live { base.wrapping_add(j as u64 * c) } else { 0 });
-        }
-        x
+        // Predicated loads from addresses computed either way: a select of the address
+        // became a branch around each load.
+        core::array::from_fn(|j| l.load::<V>(row_live & col_live[j], base.wrapping_add(j as u64 * c)))
     };
     let mut next = load_row(l, 0);
     let ep = &p.epilogue;
@@ -167,15 +169,18 @@ pub fn channels_last<
                 let x = next;
                 next = load_row(l, step + 1);
                 // Step t + u feeds output row first_row + (t + u - fr) / ST through filter row
-                // fr where ST divides t + u - fr (t is a multiple of ST·S ≥ K); rows before
-                // first_row only on the first K - 1 steps.
+                // fr where ST divides t + u - fr (t is a multiple of ST·S ≥ K), into slot
+                // (row mod S). Filter row 0 starts a row (its slot's sum starts afresh), so what
+                // the first K - 1 steps add for rows before first_row is overwritten unread: no
+                // run-time test per filter row (one split the 7x7 loop into 49 branches).
                 for fr in 0..K {
-                    if (u + U - fr).is_multiple_of(ST) && (u >= fr || t > 0) {
+                    if (u + U - fr).is_multiple_of(ST) {
                         let slot = (u + U - fr) / ST % S;
                         for i in 0..TW {
                             for s in 0..K {
                                 for v in 0..V {
-                                    acc[slot][i][v] = crate::fma(x[ST * i + s][v], w[fr][s][v], acc[slot][i][v]);
+                                    let sum = if fr == 0 && s == 0 { 0.0 } else { acc[slot][i][v] };
+                                    acc[slot][i][v] = crate::fma(x[ST * i + s][v], w[fr][s][v], sum);
                                 }
                             }
                         }
@@ -190,12 +195,14 @@ pub fn channels_last<
                         let offset = (row + i as u64) * c + at.channel as u64;
                         let mut out = acc[done][i];
                         if MODE != crate::conv::epilogue::PLAIN {
-                            let res = l.residual::<V>(live && ep.residual != 0, offset);
+                            let res = l.residual::<V>(live & (ep.residual != 0), offset);
                             out = core::array::from_fn(|v| ep.apply_in::<MODE>(out[v], bias[v], res[v]));
                         }
                         l.store::<V>(live, offset, out);
-                        acc[done][i] = [0.0; V];
                     }
+                }
+                if PIN {
+                    acc.iter_mut().flatten().flatten().for_each(crate::pin);
                 }
                 true
             },
@@ -256,6 +263,7 @@ pub(super) mod device {
         const V: usize,
         const TW: usize,
         const W: usize,
+        const PIN: bool,
         const MODE: u32,
     >(
         p: &DepthwiseNhwcParams,
@@ -263,6 +271,6 @@ pub(super) mod device {
         let thread = block_idx_x() * NHWC_BLOCK_THREADS + thread_idx_x();
         let Some(at) = p.coords(thread, V as u32, TW as u32) else { return };
         let mut lane = GpuLane { x: to_global(p.x), w: to_global(p.w), y: to_global(p.y), epilogue: p.epilogue };
-        super::channels_last::<K, ST, S, U, V, TW, W, MODE, _>(&mut lane, p, at);
+        super::channels_last::<K, ST, S, U, V, TW, W, PIN, MODE, _>(&mut lane, p, at);
     }
 }

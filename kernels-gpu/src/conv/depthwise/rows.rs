@@ -73,7 +73,8 @@ pub trait RowLane: DepthwiseOut {
 /// The rows program of one lane, for filter `K = 2H + 1`, stride `ST` (`N = 4·ST` input
 /// columns per lane, `R = H + 1 - ST` of them from the right neighbour, `S = ceil(K / ST)`
 /// output rows in flight), channel multiplier `M`, `D` rows of loads in flight (a multiple of
-/// `ST·S`) and store mode `MODE`.
+/// `ST·S`), store mode `MODE`, and `PIN`: each step's sums completed before the next step
+/// ([`crate::pin`]; without it LLVM defers multiply-adds to the store that needs them).
 // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
@@ -86,6 +87,7 @@ pub fn rows<
     const S: usize,
     const M: usize,
     const D: usize,
+    const PIN: bool,
     const MODE: u32,
     L: RowLane,
 >(
@@ -151,15 +153,18 @@ pub fn rows<
                 x[H..H + N].copy_from_slice(&own);
                 x[H + N..H + N + R].copy_from_slice(&right);
                 // Step t + u feeds output row first_row + (t + u - fr) / ST through filter row fr
-                // where ST divides t + u - fr (t is a multiple of ST·S); rows before first_row
-                // only on the first K - 1 steps.
+                // where ST divides t + u - fr (t is a multiple of ST·S ≥ K), into slot (row
+                // mod S). Filter row 0 starts a row (its slot's sum starts afresh), so what the
+                // first K - 1 steps add for rows before first_row is overwritten unread: no
+                // run-time test per filter row (one split the 7x7 loop into 49 branches).
                 for fr in 0..K {
-                    if (u + ST * S - fr).is_multiple_of(ST) && (u >= fr || t > 0) {
+                    if (u + ST * S - fr).is_multiple_of(ST) {
                         let slot = (u + ST * S - fr) / ST % S;
                         for m in 0..M {
                             for i in 0..4 {
                                 for s in 0..K {
-                                    acc[slot][m][i] = crate::fma(x[ST * i + s], w[m][fr][s], acc[slot][m][i]);
+                                    let sum = if fr == 0 && s == 0 { 0.0 } else { acc[slot][m][i] };
+                                    acc[slot][m][i] = crate::fma(x[ST * i + s], w[m][fr][s], sum);
                                 }
                             }
                         }
@@ -178,8 +183,10 @@ pub fn rows<
                             v = [0, 1, 2, 3].map(|i| ep.apply_in::<MODE>(v[i], bias[m], res[i]));
                         }
                         l.write_y4(at.live, offset, v);
-                        acc[done][m] = [0.0; 4];
                     }
+                }
+                if PIN {
+                    acc.iter_mut().flatten().flatten().for_each(crate::pin);
                 }
                 true
             },
