@@ -376,8 +376,8 @@ struct BenchArgs {
     /// Leave out the planner's choices (timed by default, through the Plan API, in both classes).
     #[arg(long)]
     no_plans: bool,
-    /// Time every tensor-core (implicit GEMM) and depthwise-kernel variant that computes the
-    /// layer, not only the heuristic's choice (of each precision).
+    /// Time every direct-, depthwise- and tensor-core (implicit GEMM) kernel variant that
+    /// computes the layer, not only the heuristic's choice (of each precision).
     #[arg(long)]
     all_variants: bool,
     /// Also time our direct-style kernels with this epilogue fused (e.g. `bias,relu`,

@@ -72,7 +72,8 @@ pub struct BenchOptions {
     pub heuristics: Vec<HeurMode>,
     /// Also time what the planner's heuristic picks in each class, through [`Plan::forward`].
     pub plans: bool,
-    /// Time every tensor-core and depthwise-kernel variant, not only the heuristic's choices.
+    /// Time every direct-, depthwise- and tensor-core-kernel variant, not only the heuristic's
+    /// choices.
     pub all_variants: bool,
     /// Also time our direct-style candidates with this epilogue fused (`NAME+epilogue`, held
     /// to the reference followed by the epilogue), and the stand-alone epilogue pass.
@@ -174,8 +175,8 @@ pub struct LayerResult {
     pub sets: usize,
     /// Ours first: the direct kernel where `tile` is set, the depthwise kernel where `depthwise`
     /// is set, the fused FFT convolution where `fft` is set, the tiled one where `fft_gemm` is
-    /// set, the tensor-core variants (`igemm`) and, with `--all-variants`, the depthwise
-    /// kernel's other variants (`ours` candidates in all); then the plans and cuDNN's.
+    /// set, the tensor-core variants (`igemm`) and, with `--all-variants`, the direct and the
+    /// depthwise kernels' other variants (`ours` candidates in all); then the plans and cuDNN's.
     pub candidates: Vec<Candidate>,
     /// Our kernels' candidates at the front of `candidates`.
     pub ours: usize,
@@ -505,13 +506,17 @@ impl<'g> Bench<'g> {
         // Ours first: each must pass the strict bound.
         let (mut candidates, mut runners) = (Vec::new(), Vec::new());
         let f32_bound = Tolerance::f32_sum(geom.taps(conv) as u64);
+        let direct_candidate = |env: &mut Env, tile: DirectTile| -> Result<(Candidate, Runner<'g>)> {
+            let runner = Runner::Direct(tile);
+            let stats = env.validate(&runner, &truth, f32_bound)?;
+            let name = tile.name.trim_start_matches("direct_fwd_").to_owned();
+            let mut candidate = Candidate::new(name, Source::Convkit, MathClass::Exact, "f32 FMA".into(), 0);
+            candidate.record(&stats);
+            Ok((candidate, runner))
+        };
         match tile {
             Some(tile) => {
-                let runner = Runner::Direct(tile);
-                let stats = env.validate(&runner, &truth, f32_bound)?;
-                let name = tile.name.trim_start_matches("direct_fwd_").to_owned();
-                let mut candidate = Candidate::new(name, Source::Convkit, MathClass::Exact, "f32 FMA".into(), 0);
-                candidate.record(&stats);
+                let (candidate, runner) = direct_candidate(&mut env, tile)?;
                 candidates.push(candidate);
                 runners.push(runner);
             }
@@ -639,6 +644,11 @@ impl<'g> Bench<'g> {
             }
         }
         if self.opts.all_variants {
+            for tile in direct::supporting_variants(conv).filter(|t| Some(t.name) != tile.map(|t| t.name)) {
+                let (candidate, runner) = direct_candidate(&mut env, *tile)?;
+                candidates.push(candidate);
+                runners.push(runner);
+            }
             for tile in depthwise::supporting_variants(conv).filter(|t| Some(t.name) != depthwise_tile) {
                 let (candidate, runner) = depthwise_candidate(&mut env, *tile)?;
                 candidates.push(candidate);
