@@ -586,6 +586,12 @@ fn channels_last_segments_shorten_for_small_launches() {
     let large = layer(64, 32, 112);
     assert_eq!(large.segment_rows, 14);
     assert!(large.threads as usize >= depthwise::MIN_CHANNELS_THREADS);
+    // Parameters of a layer no variant computes are no panic (a zero-tap filter here).
+    let empty = Conv2d { r: 0, s: 0, ..depthwise_conv(1, 8, [8, 8], 3, 1, 1) };
+    let tile = DEPTHWISE_FWD_VARIANTS.iter().find(|t| t.program == DepthwiseProgram::Channels).unwrap();
+    assert!(depthwise::unsupported(&empty, tile).is_some());
+    let geom = depthwise_conv(1, 8, [8, 8], 3, 1, 1).geometry().unwrap();
+    assert_eq!(depthwise::channels_params(&empty, &geom, tile).threads, 0);
     let small = layer(1, 32, 112);
     assert!(small.segment_rows < 14, "{}", small.segment_rows);
     let vectors = small.vectors.divisor as usize;

@@ -99,7 +99,7 @@ pub const SEGMENT_ROWS: usize = 14;
 /// 2^27 warps (each lane's thread index is 32 bits).
 fn rows_grid(conv: &Conv2d) -> Option<(usize, usize)> {
     let out_h = conv.geometry().ok()?.out_h;
-    let most = SEGMENT_ROWS.max(4 * (conv.r - 1));
+    let most = SEGMENT_ROWS.max(4 * conv.r.saturating_sub(1));
     let segment = out_h.div_ceil(out_h.div_ceil(most));
     let warps = plane_groups(conv).checked_mul(out_h.div_ceil(segment))?;
     (warps <= 1 << 27).then_some((segment, warps))
@@ -130,7 +130,7 @@ fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile) -> Option<(usize, usize)> 
         .checked_mul(conv.c / tile.lane_channels as usize)?;
     let threads = |segment: usize| per_segment.checked_mul(geom.out_h.div_ceil(segment));
     let even = |most: usize| geom.out_h.div_ceil(geom.out_h.div_ceil(most.max(1)));
-    let mut segment = even(SEGMENT_ROWS.max(4 * (conv.r - 1)));
+    let mut segment = even(SEGMENT_ROWS.max(4 * conv.r.saturating_sub(1)));
     while segment > 1 && threads(segment)? < MIN_CHANNELS_THREADS {
         segment = even(segment / 2);
     }
