@@ -34,6 +34,12 @@ use rand::{Rng, SeedableRng, rngs::SmallRng};
 /// predicate).
 struct CpuBlock<'a> {
     smem: SharedMemory<f32>,
+    mem: CpuLane<'a>,
+}
+
+/// A run's tensors as the kernels see them (the channels-last program's [`NhwcLane`] itself):
+/// every output write tracked.
+struct CpuLane<'a> {
     x: &'a [f32],
     w: &'a [f32],
     y: &'a mut [f32],
@@ -43,7 +49,7 @@ struct CpuBlock<'a> {
     residual: &'a [f32],
 }
 
-impl CpuBlock<'_> {
+impl CpuLane<'_> {
     fn write(&mut self, offset: u64, v: f32) {
         mark_written(self.written, offset);
         self.y[offset as usize] = v;
@@ -55,18 +61,18 @@ impl DepthwiseOut for CpuBlock<'_> {
         assert!(offset.is_multiple_of(4), "16-byte store at element {offset}");
         if store {
             for (i, v) in v.into_iter().enumerate() {
-                self.write(offset + i as u64, v);
+                self.mem.write(offset + i as u64, v);
             }
         }
     }
 
     fn bias(&mut self, k: u32) -> f32 {
-        self.bias.map_or(0.0, |bias| bias[k as usize])
+        self.mem.bias.map_or(0.0, |bias| bias[k as usize])
     }
 
     fn residual4(&mut self, load: bool, offset: u64) -> [f32; 4] {
         assert!(offset.is_multiple_of(4), "16-byte residual load at element {offset}");
-        [0, 1, 2, 3].map(|i| if load { self.residual[offset as usize + i] } else { 0.0 })
+        [0, 1, 2, 3].map(|i| if load { self.mem.residual[offset as usize + i] } else { 0.0 })
     }
 }
 
@@ -84,7 +90,7 @@ impl TileBlock for CpuBlock<'_> {
 
     fn copy_x(&mut self, slot: u32, offset: u64, inside: bool) {
         assert!(inside || offset == 0, "padding copies from element 0");
-        let v = if inside { self.x[offset as usize] } else { 0.0 };
+        let v = if inside { self.mem.x[offset as usize] } else { 0.0 };
         self.smem.store(slot, v);
     }
 
@@ -96,7 +102,7 @@ impl TileBlock for CpuBlock<'_> {
     }
 
     fn copy_w(&mut self, slot: u32, offset: u64) {
-        let v = self.w[offset as usize];
+        let v = self.mem.w[offset as usize];
         self.smem.store(slot, v);
     }
 
@@ -104,12 +110,12 @@ impl TileBlock for CpuBlock<'_> {
 
     fn write_y(&mut self, store: bool, offset: u64, v: f32) {
         if store {
-            self.write(offset, v);
+            self.mem.write(offset, v);
         }
     }
 
     fn residual(&mut self, load: bool, offset: u64) -> f32 {
-        if load { self.residual[offset as usize] } else { 0.0 }
+        if load { self.mem.residual[offset as usize] } else { 0.0 }
     }
 
     fn load(&mut self, slot: u32) -> f32 {
@@ -131,7 +137,7 @@ impl RowLane for CpuBlock<'_> {
     fn load_row<const N: usize>(&mut self, load: bool, offset: u64) -> [f32; N] {
         assert!(offset.is_multiple_of(4), "16-byte loads from element {offset}");
         assert!(load || offset == 0, "a predicated-off load from element 0");
-        core::array::from_fn(|i| if load { self.x[offset as usize + i] } else { 0.0 })
+        core::array::from_fn(|i| if load { self.mem.x[offset as usize + i] } else { 0.0 })
     }
 
     fn halo<const N: usize, const L: usize, const R: usize>(
@@ -143,16 +149,16 @@ impl RowLane for CpuBlock<'_> {
         last: bool,
     ) -> ([f32; L], [f32; R]) {
         if live {
-            assert_eq!(own[..], self.x[offset as usize..offset as usize + N], "the ring gave another row");
+            assert_eq!(own[..], self.mem.x[offset as usize..offset as usize + N], "the ring gave another row");
         }
-        let at = |i: i64| self.x[(offset as i64 + i) as usize];
+        let at = |i: i64| self.mem.x[(offset as i64 + i) as usize];
         let left = core::array::from_fn(|i| if live && !first { at(i as i64 - L as i64) } else { 0.0 });
         let right = core::array::from_fn(|i| if live && !last { at((N + i) as i64) } else { 0.0 });
         (left, right)
     }
 
     fn tap(&mut self, offset: u64) -> f32 {
-        self.w[offset as usize]
+        self.mem.w[offset as usize]
     }
 }
 
@@ -180,6 +186,18 @@ impl CpuTensors {
         }
     }
 
+    /// The tensors as `epilogue`'s kernels see them.
+    fn lane(&mut self, epilogue: &Epilogue) -> CpuLane<'_> {
+        CpuLane {
+            x: &self.x,
+            w: &self.w,
+            y: &mut self.y,
+            written: &mut self.written,
+            bias: epilogue.bias.then_some(&self.bias[..]),
+            residual: &self.residual,
+        }
+    }
+
     /// Fails unless every output was written and lies within the f32 bound of the f64
     /// reference followed by `epilogue`; the worst error over the bound.
     fn check(&self, conv: &Conv2d, epilogue: &Epilogue, what: &str) -> f64 {
@@ -201,15 +219,7 @@ fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: b
     p.epilogue = epilogue.params(conv, &geom);
     // The CPU block reads the slices; the program only asks whether there is a bias or residual.
     (p.epilogue.bias, p.epilogue.residual) = (epilogue.bias as u64, epilogue.residual as u64);
-    let mut b = CpuBlock {
-        smem: SharedMemory::new(0),
-        x: &t.x,
-        w: &t.w,
-        y: &mut t.y,
-        written: &mut t.written,
-        bias: epilogue.bias.then_some(&t.bias[..]),
-        residual: &t.residual,
-    };
+    let mut b = CpuBlock { smem: SharedMemory::new(0), mem: t.lane(epilogue) };
     match tile.program {
         DepthwiseProgram::Rows => {
             // Every warp of the launch, lane by lane, as the entry point runs them.
@@ -423,18 +433,8 @@ fn layers_outside_the_variants_are_refused_with_a_reason() {
     assert!(depthwise::unsupported(&ok, tile).is_some());
 }
 
-/// The CPU's [`NhwcLane`]: one thread's loads, taps and stores on host slices, each vector
-/// access checked for the alignment its `4·V`-byte instruction needs, every output write
-/// tracked.
-struct CpuLane<'a> {
-    x: &'a [f32],
-    w: &'a [f32],
-    y: &'a mut [f32],
-    written: &'a mut [bool],
-    bias: Option<&'a [f32]>,
-    residual: &'a [f32],
-}
-
+/// One thread's loads, taps and stores on host slices, each vector access checked for the
+/// alignment its `4·V`-byte instruction needs.
 impl NhwcLane for CpuLane<'_> {
     fn load<const V: usize>(&mut self, load: bool, offset: u64) -> [f32; V] {
         if !load {
@@ -461,8 +461,7 @@ impl NhwcLane for CpuLane<'_> {
         assert!(offset.is_multiple_of(V as u64), "{}-byte store at element {offset}", 4 * V);
         if store {
             for (i, v) in v.into_iter().enumerate() {
-                mark_written(self.written, offset + i as u64);
-                self.y[offset as usize + i] = v;
+                self.write(offset + i as u64, v);
             }
         }
     }
@@ -483,14 +482,7 @@ fn run_channels_last_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, segment_rows: O
     }
     p.epilogue = epilogue.params(conv, &geom);
     (p.epilogue.bias, p.epilogue.residual) = (epilogue.bias as u64, epilogue.residual as u64);
-    let mut lane = CpuLane {
-        x: &t.x,
-        w: &t.w,
-        y: &mut t.y,
-        written: &mut t.written,
-        bias: epilogue.bias.then_some(&t.bias[..]),
-        residual: &t.residual,
-    };
+    let mut lane = t.lane(epilogue);
     let run = channels_program::<CpuLane>(tile.name).expect("every channels-last variant has a program");
     // Every thread of the launch's blocks, as the entry point runs them (those past the
     // launch's threads return at once).

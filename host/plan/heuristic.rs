@@ -118,9 +118,7 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
     };
     if conv.layout == TensorLayout::Nhwc {
         let cudnn_faster = conv.r == 3 && conv.stride[0] == 2;
-        if let Ok(tile) = depthwise::choose_tile(conv, geom)
-            && !cudnn_faster
-        {
+        if !cudnn_faster && let Ok(tile) = depthwise::choose_tile(conv, geom) {
             let why = format!(
                 "depthwise {}x{}, stride {}, channels last: the depthwise kernel, {} channels per thread",
                 conv.r, conv.s, conv.stride[0], tile.lane_channels
