@@ -17,17 +17,19 @@ use kernels_gpu::{
     conv::{
         epilogue::PLAIN,
         igemm::{
-            BLOCK_THREADS, Chunk, IGEMM_FWD_VARIANTS, IgemmTile, PixelTile, Precision, STORE_VECTORS, WARPS, spatial,
+            BLOCK_THREADS, CHANNELS_LAST, Chunk, IGEMM_FWD_VARIANTS, INPUT_VECTORS, IgemmTile, PixelTile, Precision,
+            STORE_VECTORS, WARPS, spatial,
         },
     },
     verify::Tolerance,
 };
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
-/// Runs `tile` over the launcher's whole grid on the CPU and checks it against f64.
-fn run_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {
+/// Runs `tile` over the launcher's whole grid on the CPU and checks it against f64; `aligned`
+/// says whether x and y are 16-byte aligned.
+fn run_on_cpu(conv: &Conv2d, tile: &IgemmTile, aligned: [bool; 2]) {
     match tile.pixels {
-        PixelTile::Flat => run_flat_on_cpu(conv, tile, y_aligned),
+        PixelTile::Flat => run_flat_on_cpu(conv, tile, aligned),
         PixelTile::Spatial { .. } => run_spatial_on_cpu(conv, tile),
     }
 }
@@ -42,13 +44,14 @@ fn cpu_operands(conv: &Conv2d, shape: &igemm::IgemmShape) -> (Vec<f32>, Vec<f32>
     (x, w, packed)
 }
 
-/// The flat tile ([`PixelTile::Flat`]).
-fn run_flat_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {
+/// The flat tile ([`PixelTile::Flat`]), NCHW or NHWC.
+fn run_flat_on_cpu(conv: &Conv2d, tile: &IgemmTile, [x_aligned, y_aligned]: [bool; 2]) {
     let geom = conv.geometry().unwrap();
     let mut y = vec![f32::NAN; geom.y_len];
     let mut written = vec![false; geom.y_len];
     let shape = igemm::shape(conv, &geom, tile);
-    let p = igemm::params(conv, &geom, &shape, y_aligned);
+    let p = igemm::params(conv, &geom, &shape, x_aligned, y_aligned);
+    assert_eq!(p.flags & CHANNELS_LAST != 0, tile.channels_last, "{conv}: the layer's layout is the tile's");
     let (x, w, packed) = cpu_operands(conv, &shape);
     let (mt, nt) = (tile.m_tiles, tile.n_tiles);
     for z in 0..shape.grid[1] as u32 {
@@ -67,8 +70,19 @@ fn run_flat_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {
                         &sources[thread as usize],
                         thread,
                         chunk,
-                        |slot, offset, inside| {
-                            from_x.push((slot, if inside { x[offset as usize] } else { 0.0 }, inside, offset))
+                        |slot, offset, inside, wide| {
+                            let width = if wide { 4 } else { 1 };
+                            if wide {
+                                assert!(p.flags & INPUT_VECTORS != 0, "16-byte input copies without the flag");
+                                assert!(
+                                    slot.is_multiple_of(4) && offset.is_multiple_of(4),
+                                    "16-byte copy {offset} -> {slot}"
+                                );
+                            }
+                            for i in 0..width {
+                                let v = if inside { x[(offset + i as u64) as usize] } else { 0.0 };
+                                from_x.push((slot + i, v, inside, offset));
+                            }
                         },
                         |slot, offset| {
                             assert!(
@@ -98,9 +112,9 @@ fn run_flat_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {
                                         assert!(slot.is_multiple_of(2), "8-byte load at slot {slot}");
                                         [smem.load(slot), smem.load(slot + 1)]
                                     };
-                                    let [a0, a1] = pair(&mut smem, tile.a_pair(lane, warp, i, ks, false));
-                                    let [a2, a3] = pair(&mut smem, tile.a_pair(lane, warp, i, ks, true));
-                                    a[lane as usize] = [a0, a1, a2, a3];
+                                    let [at0, at1] = tile.a_pairs(lane, warp, i, ks);
+                                    let loaded = [pair(&mut smem, at0), pair(&mut smem, at1)];
+                                    a[lane as usize] = tile.a_fragment(loaded);
                                     b[lane as usize] = pair(&mut smem, tile.b_pair(lane, j, ks));
                                 }
                                 mma(&a, &b, &mut acc[((warp * mt + i) * nt + j) as usize]);
@@ -116,7 +130,8 @@ fn run_flat_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {
                 "the chunks walk every tap and channel chunk once"
             );
 
-            // Epilogue: accumulators to the staging tile, then whole 4-pixel runs out.
+            // Epilogue: accumulators to the staging tile, then whole runs of 4 out (NCHW 4 pixels
+            // of a channel, NHWC 4 channels of a pixel).
             let mut staging = SharedMemory::<f32>::new((tile.smem_bytes() / 4) as usize);
             for warp in 0..WARPS {
                 for lane in 0..32 {
@@ -139,12 +154,23 @@ fn run_flat_on_cpu(conv: &Conv2d, tile: &IgemmTile, y_aligned: bool) {
                     let flat = pixel_tile * tile.bm() + pixel;
                     if column < p.block_outputs && flat < p.batch_pixels {
                         let k = block.block_group * p.block_outputs + column;
-                        let offset = p.output_offset(flat, k);
+                        let offset = tile.output_offset(&p, flat, k);
                         mark_written(&mut written, offset);
                         y[offset as usize] = staging.load(tile.out_slot(pixel, n));
-                        if p.flags & STORE_VECTORS != 0 && pixel % 4 == 0 && flat + 4 <= p.batch_pixels {
+                        let vectors = p.flags & STORE_VECTORS != 0;
+                        if tile.channels_last {
+                            if vectors && n % 4 == 0 {
+                                assert!(offset.is_multiple_of(4), "16-byte store at element {offset}");
+                                assert!(column + 4 <= p.block_outputs, "a 16-byte run past the block's outputs");
+                                assert_eq!(
+                                    tile.output_offset(&p, flat, k + 3),
+                                    offset + 3,
+                                    "a 16-byte run crosses pixels"
+                                );
+                            }
+                        } else if vectors && pixel % 4 == 0 && flat + 4 <= p.batch_pixels {
                             assert!(offset.is_multiple_of(4), "16-byte store at element {offset}");
-                            assert_eq!(p.output_offset(flat + 3, k), offset + 3, "a 16-byte run crosses planes");
+                            assert_eq!(tile.output_offset(&p, flat + 3, k), offset + 3, "a 16-byte run crosses planes");
                         }
                     }
                 }
@@ -283,6 +309,12 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile) {
     assert_within_bound(&y, &truth, bound, &format!("{conv} on {}", tile.name));
 }
 
+/// `spec` in `tile`'s layout.
+fn in_layout_of(tile: &IgemmTile, spec: &str) -> Conv2d {
+    let layout = if tile.channels_last { ",layout=nhwc" } else { "" };
+    format!("{spec}{layout}").parse().unwrap()
+}
+
 #[test]
 fn every_variant_computes_grouped_convolutions_on_the_cpu() {
     let mut rng = SmallRng::seed_from_u64(5);
@@ -294,21 +326,44 @@ fn every_variant_computes_grouped_convolutions_on_the_cpu() {
         // Dense, more outputs than the widest column tile; 1x1 grouped with odd planes.
         "n=1,c=9,h=6,w=6,k=70,r=2,s=3,pad=0x1,groups=1",
         "n=3,c=24,h=5,w=5,k=36,r=1,s=1,groups=4",
+        // Groups of 12 channels and 20 outputs: NHWC copies 4 channels at once, chunks ragged.
+        "n=2,c=36,h=7,w=6,k=60,r=3,s=3,pad=1,stride=2x1,groups=3",
     ];
     for tile in IGEMM_FWD_VARIANTS {
         for spec in specs {
-            let conv: Conv2d = spec.parse().unwrap();
-            run_on_cpu(&conv, tile, rng.random_bool(0.5));
+            let conv = in_layout_of(tile, spec);
+            run_on_cpu(&conv, tile, [rng.random_bool(0.5), rng.random_bool(0.5)]);
         }
     }
+}
+
+/// The NHWC tiles copy 4 channels at once and store 4 at once exactly where the channel counts
+/// and the buffers' alignment allow, and compute the same either way.
+#[test]
+fn channels_last_vectors_follow_channel_counts_and_alignment() {
+    let wide = |spec: &str, aligned: [bool; 2]| {
+        let conv: Conv2d = format!("{spec},layout=nhwc").parse().unwrap();
+        let geom = conv.geometry().unwrap();
+        let tile = IGEMM_FWD_VARIANTS.iter().find(|t| t.name == "igemm_tf32_nhwc_m128_n8_k8").unwrap();
+        let p = igemm::params(&conv, &geom, &igemm::shape(&conv, &geom, tile), aligned[0], aligned[1]);
+        run_on_cpu(&conv, tile, aligned);
+        [p.flags & INPUT_VECTORS != 0, p.flags & STORE_VECTORS != 0]
+    };
+    let fours = "n=1,c=16,h=6,w=5,k=32,r=3,s=3,pad=1,groups=4";
+    assert_eq!(wide(fours, [true, true]), [true, true]);
+    assert_eq!(wide(fours, [false, true]), [false, true]);
+    assert_eq!(wide(fours, [true, false]), [true, false]);
+    // 2 channels and 6 outputs per group: a block of 1 group (6 outputs fill 8 columns but
+    // no 2 groups do) has neither 4 channels nor 4 outputs at a multiple of 4.
+    assert_eq!(wide("n=1,c=6,h=6,w=5,k=18,r=3,s=3,pad=1,groups=3", [true, true]), [false, false]);
 }
 
 #[test]
 fn packing_places_every_filter_element_once() {
     for spec in ["n=1,c=128,h=8,w=8,k=128,r=3,s=3,pad=1,groups=32", "n=1,c=30,h=9,w=9,k=27,r=3,s=2,groups=3"] {
-        let conv: Conv2d = spec.parse().unwrap();
-        let geom = conv.geometry().unwrap();
         for tile in IGEMM_FWD_VARIANTS {
+            let conv = in_layout_of(tile, spec);
+            let geom = conv.geometry().unwrap();
             let shape = igemm::shape(&conv, &geom, tile);
             let pack = igemm::pack_params(&conv, &geom, &shape);
             let mut seen = vec![0u32; geom.w_len];
@@ -352,7 +407,7 @@ fn distinct_banks(words: Vec<u32>) -> bool {
 }
 
 /// The banks (4-byte words mod 32) that the lanes of each 8-byte load phase (16 lanes) or
-/// 4-byte store (32 lanes) touch are all different: no bank conflicts.
+/// store (4-byte: 32 lanes; NHWC's 8-byte: 16) touch are all different: no bank conflicts.
 #[test]
 fn fragment_loads_and_staging_stores_are_free_of_bank_conflicts() {
     for tile in IGEMM_FWD_VARIANTS {
@@ -360,9 +415,9 @@ fn fragment_loads_and_staging_stores_are_free_of_bank_conflicts() {
             for ks in (0..tile.k_steps).filter(|_| tile.pixels == PixelTile::Flat) {
                 for half in [0u32, 16] {
                     for i in 0..tile.m_tiles {
-                        for upper in [false, true] {
+                        for load in 0..2 {
                             let words = (half..half + 16).flat_map(|l| {
-                                let s = tile.a_pair(l, warp, i, ks, upper);
+                                let s = tile.a_pairs(l, warp, i, ks)[load];
                                 [s, s + 1]
                             });
                             assert!(distinct_banks(words.collect()), "{}: A loads conflict", tile.name);
@@ -380,11 +435,20 @@ fn fragment_loads_and_staging_stores_are_free_of_bank_conflicts() {
             for i in 0..tile.m_tiles {
                 for j in 0..tile.n_tiles {
                     for e in 0..4 {
-                        let words = (0..32).map(|l| {
+                        let slot = |l| {
                             let (m, n) = tile.acc_position(l, warp, i, j, e);
                             tile.out_slot(m, n)
-                        });
-                        assert!(distinct_banks(words.collect()), "{}: staging stores conflict", tile.name);
+                        };
+                        let conflict_free = if tile.channels_last {
+                            // Pairs (e, e + 1), adjacent: 8-byte stores, 16 lanes a phase.
+                            e % 2 == 1
+                                || [0u32, 16].into_iter().all(|half| {
+                                    distinct_banks((half..half + 16).flat_map(|l| [slot(l), slot(l) + 1]).collect())
+                                })
+                        } else {
+                            distinct_banks((0..32).map(slot).collect())
+                        };
+                        assert!(conflict_free, "{}: staging stores conflict", tile.name);
                     }
                 }
             }
@@ -489,8 +553,10 @@ fn spatial_tiles_refuse_halos_and_filters_beyond_their_shared_memory() {
     ] {
         let conv: Conv2d = spec.parse().unwrap();
         let geom = conv.geometry().unwrap();
-        let refused: Vec<_> =
-            IGEMM_FWD_VARIANTS.iter().filter(|t| igemm::tile_unsupported(&conv, &geom, t).is_some()).collect();
+        let refused: Vec<_> = IGEMM_FWD_VARIANTS
+            .iter()
+            .filter(|t| !t.channels_last && igemm::tile_unsupported(&conv, &geom, t).is_some())
+            .collect();
         assert!(!refused.is_empty() && refused.iter().all(spatial), "{spec}: {refused:?}");
         for tile in &refused {
             let shape = igemm::shape(&conv, &geom, tile);
@@ -520,4 +586,23 @@ fn a_class_admits_no_precision_less_accurate_than_itself() {
         }
     }
     assert_eq!(igemm::precisions(MathClass::Exact), &[Precision::Tf32x3]);
+}
+
+/// A tile runs its own layout only: NCHW layers get the NCHW tiles (flat and spatial), NHWC
+/// layers the NHWC flat tiles, and the refusals say why.
+#[test]
+fn each_tile_runs_the_layout_it_was_built_for() {
+    for layout in ["", ",layout=nhwc"] {
+        let conv: Conv2d = format!("n=2,c=64,h=14,w=14,k=64,r=3,s=3,pad=1,groups=8{layout}").parse().unwrap();
+        let geom = conv.geometry().unwrap();
+        for tile in IGEMM_FWD_VARIANTS {
+            let reason = igemm::tile_unsupported(&conv, &geom, tile);
+            let runs = tile.channels_last == layout.contains("nhwc");
+            assert_eq!(reason.is_none(), runs, "{conv} on {}: {reason:?}", tile.name);
+        }
+        for precision in [Precision::Tf32, Precision::Tf32x3] {
+            let chosen = igemm::choose(&conv, &geom, precision, 132).unwrap().tile;
+            assert_eq!(chosen.channels_last, layout.contains("nhwc"), "{conv}: {}", chosen.name);
+        }
+    }
 }

@@ -295,9 +295,27 @@ fn the_heuristic_follows_the_measured_rules() {
                 );
             }
         }
-        let dense: Conv2d = "n=8,c=64,h=28,k=64,r=3,s=3,pad=1,layout=nhwc".parse().unwrap();
-        let choice = heuristic::choose(132, &dense, &dense.geometry().unwrap(), math, gib);
-        assert_eq!(choice.algorithm, Algorithm::CudnnHeuristic(math));
+        // Other layers of fewer than 128 channels per group: the tensor-core kernel's NHWC tiles
+        // (TF32 fast, 3xTF32 exact); wider ones: cuDNN.
+        let nhwc = |spec: &str| {
+            let conv: Conv2d = format!("{spec},layout=nhwc").parse().unwrap();
+            heuristic::choose(132, &conv, &conv.geometry().unwrap(), math, gib).algorithm
+        };
+        for spec in ["n=8,c=64,h=28,k=64,r=3,s=3,pad=1", "n=8,c=128,h=28,k=128,r=3,s=3,pad=1,groups=32"] {
+            let tile = match nhwc(spec) {
+                Algorithm::Igemm(name) => igemm::variants().iter().find(|t| t.name == name).unwrap(),
+                other => panic!("{spec}: {other}"),
+            };
+            assert!(tile.channels_last, "{spec}: {}", tile.name);
+            assert_eq!(tile.precision, igemm::precisions(math)[0], "{spec}");
+        }
+        assert_eq!(nhwc("n=8,c=128,h=28,k=128,r=3,s=3,pad=1"), Algorithm::CudnnHeuristic(math));
+        // Where cuDNN does not build, an NHWC layer falls back to 3xTF32 (the direct kernel
+        // reads NCHW only).
+        let wide: Conv2d = "n=8,c=128,h=28,k=128,r=3,s=3,pad=1,layout=nhwc".parse().unwrap();
+        let fallback = heuristic::fallback(132, &wide, &wide.geometry().unwrap()).algorithm;
+        let tile = igemm::variants().iter().find(|t| Algorithm::Igemm(t.name) == fallback);
+        assert!(tile.is_some_and(|t| t.channels_last && t.precision == Precision::Tf32x3), "{fallback}");
     }
     // 16 and more channels per group (below 64): the tensor-core kernel, TF32 in the fast
     // class, 3xTF32 in the exact one; 8 per group: TF32 in the fast class, the direct kernel

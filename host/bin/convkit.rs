@@ -143,7 +143,7 @@ struct Layers {
     /// A layer to run (repeatable); see the shape syntax below.
     #[arg(long = "shape", value_name = "SPEC", value_parser = parse_shape)]
     shapes: Vec<Conv2d>,
-    /// A built-in suite (default, smoke, large, large-kernel) or a file with one shape per line.
+    /// A built-in suite (default, smoke, large, large-kernel, depthwise, grouped, grouped-nhwc) or a file with one shape per line.
     #[arg(long, value_name = "NAME|FILE")]
     suite: Option<String>,
 }

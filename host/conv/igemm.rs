@@ -1,6 +1,7 @@
 //! Launcher of the grouped implicit GEMM on tensor cores (`kernels-gpu/src/conv/igemm.rs`):
-//! any groups, filter, stride, padding and dilation, NCHW, in TF32 (the fast class, PyTorch's
-//! default for convolutions) or 3xTF32 (an error near f32's).
+//! any groups, filter, stride, padding and dilation, NCHW (flat and spatial tiles) or NHWC
+//! (flat tiles, read and written as they are: no transform), in TF32 (the fast class,
+//! PyTorch's default for convolutions) or 3xTF32 (an error near f32's).
 //!
 //! Non-finite inputs: a NaN or infinity may also turn the outputs of the other groups that
 //! share its block into NaN (their block-diagonal zeros multiply it), and 3xTF32 turns an
@@ -8,14 +9,14 @@
 
 use super::cudnn::MathClass;
 use super::epilogue::EpilogueArgs;
-use crate::{Conv2d, ConvGeometry, Error, Gpu, Result};
+use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, TensorLayout};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kernels_gpu::{
     MagicDiv,
     conv::epilogue::ModeEntries,
     conv::igemm::{
-        BLOCK_THREADS, IGEMM_FWD_VARIANTS, IgemmFwdParams, IgemmPackParams, IgemmTile, PACK_KERNEL, PixelTile,
-        Precision, STORE_VECTORS,
+        BLOCK_THREADS, CHANNELS_LAST, IGEMM_FWD_VARIANTS, INPUT_VECTORS, IgemmFwdParams, IgemmPackParams, IgemmTile,
+        PACK_KERNEL, PixelTile, Precision, STORE_VECTORS,
         spatial::{self, IgemmSpatialParams, MAX_HALO_PLANE},
     },
     verify::Tolerance,
@@ -71,9 +72,6 @@ pub fn precisions(math: MathClass) -> &'static [Precision] {
 
 /// Why no variant can compute `conv`, if none can (any `conv`, valid or not: no panic).
 pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
-    if let Some(reason) = super::nchw_unsupported(conv) {
-        return Some(reason);
-    }
     // Filter offsets are 32-bit on the GPU; `Conv2d::geometry` bounds the rest.
     let filter = [conv.k, conv.c.checked_div(conv.groups).unwrap_or(0), conv.r, conv.s];
     match filter.into_iter().try_fold(1usize, usize::checked_mul) {
@@ -87,15 +85,28 @@ pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
 /// two blocks share a multiprocessor.
 pub const MAX_SPATIAL_SMEM: u32 = 113 * 1024;
 
+/// Why `tile`'s layout is not `conv`'s, if it is not.
+fn layout_mismatch(conv: &Conv2d, tile: &IgemmTile) -> Option<&'static str> {
+    match (conv.layout, tile.channels_last) {
+        (TensorLayout::Nchw, true) => Some("a channels-last (NHWC) tile on an NCHW layer"),
+        (TensorLayout::Nhwc, false) => Some("an NCHW tile on a channels-last layer (the NHWC ones are flat)"),
+        _ => None,
+    }
+}
+
 /// Why `tile` cannot compute `conv` (valid), if it cannot.
 pub fn tile_unsupported(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> Option<&'static str> {
-    layer_unsupported(conv).or_else(|| shape(conv, geom, tile).unsupported())
+    layer_unsupported(conv).or_else(|| layout_mismatch(conv, tile)).or_else(|| shape(conv, geom, tile).unsupported())
 }
 
 /// The shapes of the variants that compute `conv` (valid).
 fn supported_shapes<'a>(conv: &'a Conv2d, geom: &'a ConvGeometry) -> impl Iterator<Item = IgemmShape> + 'a {
     let layer = layer_unsupported(conv).is_none();
-    IGEMM_FWD_VARIANTS.iter().filter(move |_| layer).map(|t| shape(conv, geom, t)).filter(|s| s.unsupported().is_none())
+    IGEMM_FWD_VARIANTS
+        .iter()
+        .filter(move |t| layer && layout_mismatch(conv, t).is_none())
+        .map(|t| shape(conv, geom, t))
+        .filter(|s| s.unsupported().is_none())
 }
 
 /// The variants that compute `conv` (valid).
@@ -261,12 +272,36 @@ pub fn choose(conv: &Conv2d, geom: &ConvGeometry, precision: Precision, sm_count
 }
 
 /// The kernel parameters of `shape` for `conv`; the addresses are filled in at launch.
-/// `y_aligned`: whether `y` is 16-byte aligned (16-byte stores need that).
-pub fn params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape, y_aligned: bool) -> IgemmFwdParams {
+/// `x_aligned`, `y_aligned`: whether `x` and `y` (and a residual) are 16-byte aligned (16-byte
+/// NHWC input copies and 16-byte stores need that).
+pub fn params(
+    conv: &Conv2d,
+    geom: &ConvGeometry,
+    shape: &IgemmShape,
+    x_aligned: bool,
+    y_aligned: bool,
+) -> IgemmFwdParams {
     // `Conv2d::geometry` and `layer_unsupported` have checked that every value fits its field.
     let u = |v: usize| v as u32;
     let magic = |d: u32| MagicDiv::new(d).expect("validated extents are non-zero");
     let out_plane = u(geom.out_h * geom.out_w);
+    let (block_channels, block_outputs) =
+        (shape.groups_per_block * u(geom.c_per_group), shape.groups_per_block * u(geom.k_per_group));
+    let flags = match conv.layout {
+        TensorLayout::Nchw => {
+            if y_aligned && out_plane.is_multiple_of(4) {
+                STORE_VECTORS
+            } else {
+                0
+            }
+        }
+        TensorLayout::Nhwc => {
+            let fours = |v: u32| v.is_multiple_of(4);
+            let inputs = x_aligned && fours(u(conv.c)) && fours(block_channels);
+            let outputs = y_aligned && fours(u(conv.k)) && fours(block_outputs);
+            CHANNELS_LAST | if inputs { INPUT_VECTORS } else { 0 } | if outputs { STORE_VECTORS } else { 0 }
+        }
+    };
     IgemmFwdParams {
         x: 0,
         w: 0,
@@ -280,12 +315,12 @@ pub fn params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape, y_aligned:
         channels: u(conv.c),
         out_channels: u(conv.k),
         c_per_group: u(geom.c_per_group),
-        block_channels: shape.groups_per_block * u(geom.c_per_group),
-        block_outputs: shape.groups_per_block * u(geom.k_per_group),
+        block_channels,
+        block_outputs,
         channel_chunks: shape.channel_chunks,
         batch_pixels: u(conv.n) * out_plane,
         z_base: 0,
-        flags: if y_aligned && out_plane.is_multiple_of(4) { STORE_VECTORS } else { 0 },
+        flags,
         column_tiles: magic(shape.column_tiles),
         out_plane_div: magic(out_plane),
         out_w_div: magic(u(geom.out_w)),
@@ -302,7 +337,7 @@ pub fn spatial_params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape) ->
     let magic = |d: u32| MagicDiv::new(d).expect("validated extents are non-zero");
     let halo_plane = s.halo_h * s.halo_w;
     IgemmSpatialParams {
-        conv: params(conv, geom, shape, false),
+        conv: params(conv, geom, shape, false, false),
         out_h: geom.out_h as u32,
         out_w: geom.out_w as u32,
         halo_w: s.halo_w,
@@ -328,7 +363,7 @@ pub fn pack_params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape) -> Ig
         // `IgemmPlan::new` refuses layers whose packed filters pass 2^32 elements.
         total: shape.packed_len((conv.r * conv.s) as u64) as u32,
         round_tf32: (t.precision == Precision::Tf32) as u32,
-        conv: params(conv, geom, shape, false),
+        conv: params(conv, geom, shape, false, false),
         panel: magic(t.bn() * t.bk()),
         row: magic(t.bk()),
         chunks: magic((conv.r * conv.s) as u32 * shape.channel_chunks),
@@ -351,7 +386,8 @@ pub struct IgemmPlan {
 }
 
 impl IgemmPlan {
-    /// Packs `w` (KCRS, f32, on `gpu`) for `tile` (one of [`variants`]) on `stream`.
+    /// Packs `w` (KCRS, or KRSC for NHWC layers; f32, on `gpu`) for `tile` (one of
+    /// [`variants`]) on `stream`.
     pub fn new(
         gpu: &Gpu,
         stream: &CudaStream,
@@ -367,7 +403,7 @@ impl IgemmPlan {
             });
         }
         let shape = shape(conv, &geom, tile);
-        if let Some(reason) = layer_unsupported(conv).or_else(|| shape.unsupported()) {
+        if let Some(reason) = tile_unsupported(conv, &geom, tile) {
             return Err(Error::UnsupportedTile { tile: tile.name, reason });
         }
         let len = shape.packed_len((conv.r * conv.s) as u64);
@@ -424,8 +460,8 @@ impl IgemmPlan {
         self.packed.len() * size_of::<f32>()
     }
 
-    /// `y = conv(x, w)` on `stream` with the packed filters. Buffers are NCHW, f32, exactly the
-    /// sizes of [`Conv2d::geometry`], and belong to `gpu`.
+    /// `y = conv(x, w)` on `stream` with the packed filters. Buffers are in the layer's layout,
+    /// f32, exactly the sizes of [`Conv2d::geometry`], and belong to `gpu`.
     pub fn forward(
         &self,
         gpu: &Gpu,
@@ -453,14 +489,14 @@ impl IgemmPlan {
             let (w_ptr, _w_sync) = self.packed.device_ptr(stream);
             let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
             // 16-byte stores read the residual in 16-byte pieces at the same offsets.
-            let aligned = y_ptr.is_multiple_of(16) && (ep.residual == 0 || ep.residual.is_multiple_of(16));
+            let y_aligned = y_ptr.is_multiple_of(16) && (ep.residual == 0 || ep.residual.is_multiple_of(16));
             let kernel = tile.entries.of_mode(ep.mode());
             // Safety (both): x and y hold exactly the shape's extents (checked above), which
             // `Conv2d::geometry` and `tile_unsupported` bound to the kernel's index arithmetic,
             // and the packed filters were built for this shape.
             match tile.pixels {
                 PixelTile::Flat => {
-                    let mut p = params(&self.conv, &self.geom, &self.shape, aligned);
+                    let mut p = params(&self.conv, &self.geom, &self.shape, x_ptr.is_multiple_of(16), y_aligned);
                     (p.x, p.w, p.y, p.epilogue) = (x_ptr, w_ptr, y_ptr, ep);
                     let grid = super::SplitGrid {
                         kernel,
@@ -491,8 +527,8 @@ impl IgemmPlan {
 }
 
 /// `y = conv(x, w)` on `stream` with the heuristic's variant of `precision`, packing the
-/// filters first (a plan, [`IgemmPlan`], packs them once). Buffers are NCHW / KCRS, f32,
-/// exactly the sizes of [`Conv2d::geometry`], and belong to `gpu`.
+/// filters first (a plan, [`IgemmPlan`], packs them once). Buffers are NCHW / KCRS or NHWC /
+/// KRSC (the layer's layout), f32, exactly the sizes of [`Conv2d::geometry`], and belong to `gpu`.
 pub fn forward(
     gpu: &Gpu,
     stream: &CudaStream,

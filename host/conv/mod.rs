@@ -20,7 +20,7 @@ use kernels_gpu::conv::{MAX_GRID_Z, Window};
 /// convkit kernel but the depthwise kernel's channels-last program.
 pub(crate) fn nchw_unsupported(conv: &crate::Conv2d) -> Option<&'static str> {
     (conv.layout != crate::TensorLayout::Nchw)
-        .then_some("NCHW tensors only (channels-last layers: the depthwise kernel's NHWC program or cuDNN)")
+        .then_some("NCHW tensors only (channels-last layers: the depthwise kernel's NHWC program, the tensor-core kernel's NHWC tiles or cuDNN)")
 }
 
 /// Fails unless x, w and y belong to `gpu` and hold exactly the shape's elements.

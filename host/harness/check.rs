@@ -338,6 +338,7 @@ pub const CATEGORIES: &[&str] = &[
     "nonfinite",
     "wide",
     "nhwc",
+    "grouped-nhwc",
 ];
 
 /// A random valid case of category `CATEGORIES[index % len]`, sized to check quickly.
@@ -444,6 +445,20 @@ pub fn random_case_of(rng: &mut SmallRng, index: usize, kinds: &[&str]) -> Case 
             (conv.n, conv.h, conv.w) = (rng.random_range(1..=4), rng.random_range(1..=50), rng.random_range(1..=50));
             conv.c = if rng.random_bool(0.5) { 4 * rng.random_range(1..=24) } else { rng.random_range(1..=64) };
             (conv.groups, conv.k) = (conv.c, conv.c);
+        }
+        "grouped-nhwc" => {
+            // Channels last, the tensor-core kernel's NHWC ground: group widths that its 16-byte
+            // copies and stores take (multiples of 4) and any, 1x1 to 5x5, stride 1 or 2.
+            conv.layout = crate::TensorLayout::Nhwc;
+            conv.groups = pick(rng, &[1, 2, 3, 4, 8, 32]);
+            let width = |rng: &mut SmallRng| {
+                let any = rng.random_range(1..=70);
+                pick(rng, &[4, 8, 12, 24, 56, any])
+            };
+            (conv.c, conv.k) = (conv.groups * width(rng), conv.groups * width(rng));
+            conv.n = rng.random_range(1..=4);
+            conv.stride = [pick(rng, &[1, 1, 2]); 2];
+            (conv.h, conv.w) = (rng.random_range(3..=30), rng.random_range(3..=30));
         }
         _ => unreachable!("every category has an arm"),
     }

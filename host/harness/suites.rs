@@ -10,6 +10,7 @@ pub const SUITES: &[(&str, &str)] = &[
     ("large-kernel", include_str!("../../benches/suites/large-kernel.txt")),
     ("depthwise", include_str!("../../benches/suites/depthwise.txt")),
     ("grouped", include_str!("../../benches/suites/grouped.txt")),
+    ("grouped-nhwc", include_str!("../../benches/suites/grouped-nhwc.txt")),
 ];
 
 /// A built-in suite by name, else a suite file by path.

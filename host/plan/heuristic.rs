@@ -2,10 +2,12 @@
 //! `default` and `large-kernel` suites; `benches/NOTES.md`, "Planner"), with no GPU work.
 //!
 //! - Channels-last (NHWC) layers: the depthwise kernel's NHWC program where it applies
-//!   (depthwise 3x3, 5x5 and 7x7, stride 1 or 2, multiplier 1) except 3x3 at stride 2, else
-//!   cuDNN (its heuristic's first choice): convkit's other kernels read NCHW, and cuDNN's NHWC
-//!   depthwise engine ran MobileNetV2's four stride-2 layers 6-21% faster than ours (at 73-85%
-//!   of HBM bandwidth on the large ones; `benches/NOTES.md`, "Depthwise v5").
+//!   (depthwise 3x3, 5x5 and 7x7, stride 1 or 2, multiplier 1) except 3x3 at stride 2 (cuDNN's
+//!   NHWC depthwise engine ran MobileNetV2's four stride-2 layers 6-21% faster than ours, at
+//!   73-85% of HBM bandwidth on the large ones; `benches/NOTES.md`, "Depthwise v5"); grouped
+//!   layers of fewer than [`CUDNN_MIN_CHANNELS`] channels per group to the tensor-core
+//!   kernel's NHWC tiles (TF32 fast, 3xTF32 exact); the rest to cuDNN (its heuristic's first
+//!   choice).
 //! - Filters of at least [`FFT_MIN_TAPS`] taps go to an FFT convolution: the fused
 //!   whole-image kernel (depthwise layers) or the tiled one at one of its tile sizes, whichever
 //!   the shared cost model ([`fft_gemm::transforms_s`]) estimates faster. Measured: 3.9-61x
@@ -52,7 +54,7 @@ use crate::{
         depthwise, direct, fft, fft_gemm, igemm,
     },
 };
-use kernels_gpu::conv::depthwise::DepthwiseProgram;
+use kernels_gpu::conv::{depthwise::DepthwiseProgram, igemm::Precision};
 
 /// Filter taps (R·S) from which an FFT convolution is chosen (13x13 depthwise measured 1.5x
 /// faster through the fused FFT than directly; 7x7 2x slower).
@@ -116,6 +118,8 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
         reason,
         time_ms: None,
     };
+    let depthwise = conv.groups == conv.c && conv.k == conv.c;
+    let narrowest = geom.c_per_group.min(geom.k_per_group);
     if conv.layout == TensorLayout::Nhwc {
         let cudnn_faster = conv.r == 3 && conv.stride[0] == 2;
         if !cudnn_faster && let Ok(tile) = depthwise::choose_tile(conv, geom) {
@@ -125,11 +129,24 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
             );
             return pick(Algorithm::Depthwise(tile.name), 0, why);
         }
-        let why = "channels last: cuDNN's heuristic choice (convkit's other kernels read NCHW)".to_owned();
+        let precision = igemm::precisions(math)[0];
+        if !depthwise
+            && narrowest < CUDNN_MIN_CHANNELS
+            && let Ok(shape) = igemm::choose(conv, geom, precision, sm_count)
+        {
+            let why = format!(
+                "channels last, {} input and {} output channels per group: the tensor-core kernel in {}, {} groups per block",
+                geom.c_per_group,
+                geom.k_per_group,
+                precision.name(),
+                shape.groups_per_block
+            );
+            return pick(Algorithm::Igemm(shape.tile.name), 0, why);
+        }
+        let why = "channels last: cuDNN's heuristic choice".to_owned();
         return pick(Algorithm::CudnnHeuristic(math), 0, why);
     }
     let taps = conv.r * conv.s;
-    let depthwise = conv.groups == conv.c && conv.k == conv.c;
     if taps >= FFT_MIN_TAPS {
         let filter = format!("{}x{} filter", conv.r, conv.s);
         let fused = fft::choose_tile(conv, geom).ok().map(|tile| (fft::estimate_s(conv, geom, &tile), tile));
@@ -182,7 +199,6 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
             _ => return direct_choice(sm_count, conv, geom, format!("{layer}: the direct kernel")),
         }
     }
-    let narrowest = geom.c_per_group.min(geom.k_per_group);
     if geom.y_len <= TINY_OUTPUTS && geom.taps(conv) >= TINY_MIN_TAPS {
         let why = format!("{} outputs of {} taps each: cuDNN's implicit GEMM (FMA)", geom.y_len, geom.taps(conv));
         return pick(Algorithm::CudnnLegacy(Algo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, Math::Fma), 0, why);
@@ -226,8 +242,21 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
 }
 
 /// The plan's last resort when the first choice does not build (a cuDNN algorithm): the
-/// direct kernel, which computes every valid layer.
+/// direct kernel, which computes every valid NCHW layer; for NHWC layers the tensor-core
+/// kernel's NHWC tiles in 3xTF32 (every valid layer, in either math class).
 pub fn fallback(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry) -> Choice {
+    if conv.layout == TensorLayout::Nhwc
+        && let Ok(shape) = igemm::choose(conv, geom, Precision::Tf32x3, sm_count)
+    {
+        let reason = "the tensor-core kernel in 3xTF32 (the first choice did not build)".to_owned();
+        return Choice {
+            algorithm: Algorithm::Igemm(shape.tile.name),
+            workspace: 0,
+            origin: Origin::Heuristic,
+            reason,
+            time_ms: None,
+        };
+    }
     direct_choice(sm_count, conv, geom, "the direct kernel (the first choice did not build)".into())
 }
 

@@ -77,6 +77,15 @@ pub fn cp_async_f32x4(smem_addr: u32, global_addr: u64, src_bytes: u32) {
     };
 }
 
+/// [`cp_async_f32x4`] through L1 (`.ca`), for data that other copies read again.
+#[inline(always)]
+pub fn cp_async_f32x4_l1(smem_addr: u32, global_addr: u64, src_bytes: u32) {
+    unsafe {
+        asm!("cp.async.ca.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) smem_addr, s = in(reg64) global_addr,
+            n = in(reg32) src_bytes, options(nostack))
+    };
+}
+
 /// Waits for this thread's [`cp_async_f32`] copies (other threads' need a barrier after theirs).
 #[inline(always)]
 pub fn cp_async_wait_all() {

@@ -367,14 +367,15 @@ mod device {
             self.apply_in::<MODE>(v, bias, residual)
         }
 
-        /// Four adjacent outputs of one channel from `offset` on (a multiple of 4).
+        /// Four adjacent outputs from `offset` on (a multiple of 4), with their biases: four
+        /// pixels of one channel (NCHW, one bias four times) or four channels of one pixel (NHWC).
         #[inline(always)]
-        pub fn finish4_as<const MODE: u32>(&self, v: [f32; 4], bias: f32, offset: u64) -> [f32; 4] {
+        pub fn finish4_as<const MODE: u32>(&self, v: [f32; 4], bias: [f32; 4], offset: u64) -> [f32; 4] {
             if MODE == PLAIN {
                 return v;
             }
             let residual = ldg_nc_f32x4_if(self.residual != 0, to_global(self.residual) + 4 * offset);
-            [0, 1, 2, 3].map(|i| self.apply_in::<MODE>(v[i], bias, residual[i]))
+            [0, 1, 2, 3].map(|i| self.apply_in::<MODE>(v[i], bias[i], residual[i]))
         }
 
         /// The bias of output channel `k`, 0 without one.

@@ -1,6 +1,7 @@
 //! Grouped convolution as an implicit GEMM on tensor cores (`mma.sync` m16n8k8: TF32 inputs,
-//! f32 accumulators), forward, f32 NCHW: the kernel ABI, its tile and fragment math and (on
-//! the GPU) the kernels. Launched by `host/conv/igemm.rs`.
+//! f32 accumulators), forward, f32, NCHW or (flat tiles) NHWC read and written as they are: the
+//! kernel ABI, its tile and fragment math and (on the GPU) the kernels. Launched by
+//! `host/conv/igemm.rs`.
 //!
 //! Per group the convolution is a GEMM: rows = the output pixels of all images, columns = the
 //! group's output channels, reduction = its input channels times filter taps. A block computes
@@ -22,13 +23,19 @@
 //! - **Reduction order**: channel chunks of `BK` outer, filter taps inner ([`Chunk::next`]),
 //!   the order of the packed panels: a flat tile's chunk is one tap of `BK` channels, which lie
 //!   one plane apart for a thread's copies; a spatial tile's chunk is every tap of them.
-//! - **Pipeline** (flat): [`STAGES`] chunks in flight through `cp.async` (inputs in 4-byte
-//!   copies: NCHW rows need not be aligned), zero padding written by the copies' source size.
+//! - **Pipeline** (flat): [`STAGES`] chunks in flight through `cp.async` (NCHW inputs in 4-byte
+//!   copies: its rows need not be aligned; NHWC inputs in 16-byte copies of 4 adjacent channels
+//!   where [`INPUT_VECTORS`] says they are aligned), zero padding written by the copies' source
+//!   size.
 //! - **Shared layouts** (flat) for conflict-free 8-byte fragment loads: the A tile (inputs) is
 //!   `[BK][a_stride]` with each 16-pixel m-tile's rows interleaved (row `i` at `2(i%8) + i/8`,
 //!   so a lane's rows g and g+8 are adjacent) and `a_stride ≡ 8 mod 32`; the B tile (weights) is
 //!   `[BN][b_stride]` with each 8-channel k-step interleaved (channel `k` at `2(k%4) + k/4`, so
 //!   a lane's k and k+4 are adjacent) and `b_stride ≡ 8 or 24 mod 32`.
+//!   NHWC tiles ([`IgemmTile::channels_last`]) keep A as `[BM][a_stride]`, a pixel's channels
+//!   adjacent as the 16-byte copies leave them, and let the mma's k = t and t + 4 stand for the
+//!   chunk's channels 2t and 2t + 1, so that one 8-byte load holds both; the packing lays the
+//!   weights out in that order (their natural one) and the output is staged pixel-major.
 //! - **Warps**: the 4 warps split the pixels; each holds `m_tiles x n_tiles` m16n8 accumulators.
 //! - **Precision**: TF32 rounds each input to 10 mantissa bits (PyTorch's default for
 //!   convolutions); 3xTF32 splits each into a TF32 value and a TF32 residual and adds the three
@@ -52,9 +59,16 @@ pub const BLOCK_THREADS: u32 = 128;
 pub const WARPS: u32 = BLOCK_THREADS / 32;
 /// Reduction chunks in shared memory at once: one computed, two in flight.
 pub const STAGES: u32 = 3;
-/// Flag: four adjacent pixels may be stored as one 16-byte vector (`out_h * out_w` a multiple
-/// of 4, so four pixels from a multiple of 4 on lie in one image, and `y` 16-byte aligned).
+/// Flag: four adjacent outputs may be stored as one 16-byte vector. NCHW: four pixels of one
+/// channel (`out_h * out_w` a multiple of 4, so four pixels from a multiple of 4 on lie in one
+/// image); NHWC: four channels of one pixel (`K` and the block's outputs multiples of 4); `y`
+/// (and a residual) 16-byte aligned.
 pub const STORE_VECTORS: u32 = 1;
+/// Flag: the tensors are NHWC and the filters KRSC (else NCHW and KCRS).
+pub const CHANNELS_LAST: u32 = 2;
+/// Flag (NHWC): inputs may be copied 4 adjacent channels at a time (`C` and the block's
+/// channels multiples of 4, `x` 16-byte aligned).
+pub const INPUT_VECTORS: u32 = 4;
 
 /// Parameters of every implicit-GEMM forward kernel, passed by value. Addresses are device
 /// pointers; the host validates every extent to fit the kernel's index arithmetic (pixels of
@@ -87,7 +101,7 @@ pub struct IgemmFwdParams {
     pub batch_pixels: u32,
     /// Packed z-index of this launch's `blockIdx.z == 0`.
     pub z_base: u32,
-    /// [`STORE_VECTORS`], where it applies.
+    /// [`STORE_VECTORS`], [`CHANNELS_LAST`], [`INPUT_VECTORS`], where they apply.
     pub flags: u32,
     /// Divides a packed z-index by the column tiles per block group.
     pub column_tiles: MagicDiv,
@@ -115,7 +129,8 @@ pub struct BlockCoords {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PixelSource {
     pub block: BlockCoords,
-    /// Element offset of channel `block_group * block_channels` of the pixel's image.
+    /// Element offset of channel `block_group * block_channels` of the pixel's image (NHWC: at
+    /// its input position (0, 0)).
     pub plane: u64,
     pub ih0: i32,
     pub iw0: i32,
@@ -155,6 +170,12 @@ impl Chunk {
 }
 
 impl IgemmFwdParams {
+    /// Whether the tensors are NHWC ([`CHANNELS_LAST`]).
+    #[inline(always)]
+    pub fn channels_last(&self) -> bool {
+        self.flags & CHANNELS_LAST != 0
+    }
+
     /// Inverse of `block_group * column_tiles + column_tile`.
     #[inline(always)]
     pub fn block_coords(&self, z: u32) -> BlockCoords {
@@ -168,15 +189,21 @@ impl IgemmFwdParams {
         self.taps * self.channel_chunks
     }
 
-    /// Where flat pixel `flat` reads the inputs of `block`'s groups.
+    /// Where flat pixel `flat` reads the inputs of `block`'s groups (NHWC where `channels_last`,
+    /// the tile's layout: a compile-time constant in the kernels).
     #[inline(always)]
-    pub fn pixel_source(&self, block: BlockCoords, flat: u32) -> PixelSource {
+    pub fn pixel_source(&self, block: BlockCoords, flat: u32, channels_last: bool) -> PixelSource {
         let (image, pixel) = self.out_plane_div.div_rem(flat);
         let (oh, ow) = self.out_w_div.div_rem(pixel);
-        let first_plane = image as u64 * self.channels as u64 + (block.block_group * self.block_channels) as u64;
+        let first_channel = (block.block_group * self.block_channels) as u64;
+        let plane = if channels_last {
+            image as u64 * self.in_plane as u64 * self.channels as u64 + first_channel
+        } else {
+            (image as u64 * self.channels as u64 + first_channel) * self.in_plane as u64
+        };
         PixelSource {
             block,
-            plane: first_plane * self.in_plane as u64,
+            plane,
             ih0: (oh * self.window.stride_h) as i32 - self.window.pad_h,
             iw0: (ow * self.window.stride_w) as i32 - self.window.pad_w,
             valid: flat < self.batch_pixels,
@@ -184,22 +211,20 @@ impl IgemmFwdParams {
     }
 
     /// The filter element of output `column` of `block`'s groups (column tile included) and
-    /// channel `c` of them at filter tap `tap`: its offset in KCRS order, or `None` for a zero
-    /// (a padding column or channel, or another group's channel).
+    /// channel `c` of them at filter tap `tap`: its offset in KCRS (NHWC: KRSC) order, or `None`
+    /// for a zero (a padding column or channel, or another group's channel).
     #[inline(always)]
     pub fn weight_source(&self, block: BlockCoords, tap: u32, column: u32, c: u32) -> Option<u32> {
         let (n_group, _) = self.k_per_group_div.div_rem(column);
         let (c_group, c_in_group) = self.c_per_group_div.div_rem(c);
         let inside = (column < self.block_outputs) & (c < self.block_channels) & (n_group == c_group);
         let output = block.block_group * self.block_outputs + column;
-        inside.then(|| (output * self.c_per_group + c_in_group) * self.taps + tap)
-    }
-
-    /// Element offset of output channel `k` (of all, where stored) at flat pixel `flat`.
-    #[inline(always)]
-    pub fn output_offset(&self, flat: u32, k: u32) -> u64 {
-        let (image, pixel) = self.out_plane_div.div_rem(flat);
-        (image as u64 * self.out_channels as u64 + k as u64) * self.out_plane as u64 + pixel as u64
+        let offset = if self.channels_last() {
+            (output * self.taps + tap) * self.c_per_group + c_in_group
+        } else {
+            (output * self.c_per_group + c_in_group) * self.taps + tap
+        };
+        inside.then_some(offset)
     }
 }
 
@@ -224,7 +249,7 @@ impl Precision {
 /// Entry point that packs a layer's filters for one tile shape ([`IgemmPackParams`]).
 pub const PACK_KERNEL: &str = "igemm_pack_weights";
 
-/// Parameters of [`PACK_KERNEL`]: the filters (KCRS) rearranged into the panels the
+/// Parameters of [`PACK_KERNEL`]: the filters (KCRS, or KRSC for NHWC) rearranged into the panels the
 /// convolution copies, one per (block group, column tile, chunk) in that order, each `BN`
 /// rows of `BK` floats (a row's channels in the shared-memory order of [`IgemmTile::b_slot`]),
 /// zeros where the block-diagonal or the padding has them; rounded to TF32 for the TF32
@@ -252,15 +277,15 @@ pub struct IgemmPackParams {
 }
 
 impl IgemmPackParams {
-    /// The filter element packed element `e` holds: its offset in KCRS order, or `None` for
+    /// The filter element packed element `e` holds: its offset in the filters, or `None` for
     /// a zero.
     #[inline(always)]
     pub fn source(&self, e: u32) -> Option<u32> {
         let (panel, within) = self.panel.div_rem(e);
         let (n, position) = self.row.div_rem(within);
-        // Inverse of b_slot's interleave within each k-step: position 2(k % 4) + k / 4.
+        // Inverse of b_slot's order within each k-step: NCHW position 2(k % 4) + k / 4, NHWC k.
         let j = position % 8;
-        let k = position - j + j / 2 + 4 * (j % 2);
+        let k = if self.conv.channels_last() { position } else { position - j + j / 2 + 4 * (j % 2) };
         let (rest, chunk) = self.chunks.div_rem(panel);
         let (block_group, column_tile) = self.conv.column_tiles.div_rem(rest);
         let (cc, tap) = self.taps.div_rem(chunk);
@@ -296,14 +321,34 @@ pub struct IgemmTile {
     pub n_tiles: u32,
     /// k8 steps per chunk: `BK = 8 * k_steps` (1 for spatial tiles).
     pub k_steps: u32,
+    /// Whether the kernel reads and writes NHWC tensors with KRSC filters (flat tiles only),
+    /// else NCHW and KCRS.
+    pub channels_last: bool,
+}
+
+/// The least multiple of 8 from `min` on that is ≡ 8 or 24 mod 32: a row stride at which the
+/// 8-byte loads of 4 rows (16 lanes, 2 words each) fall in 32 different banks.
+pub const fn conflict_free_stride(min: u32) -> u32 {
+    let mut s = min.next_multiple_of(8);
+    while s % 32 != 8 && s % 32 != 24 {
+        s += 8;
+    }
+    s
 }
 
 impl IgemmTile {
     /// The tile a kernel instance computes (its name is the entry point's, not needed there).
-    pub const fn of_kernel(split: bool, pixels: PixelTile, m_tiles: u32, n_tiles: u32, k_steps: u32) -> Self {
+    pub const fn of_kernel(
+        split: bool,
+        pixels: PixelTile,
+        m_tiles: u32,
+        n_tiles: u32,
+        k_steps: u32,
+        channels_last: bool,
+    ) -> Self {
         let precision = if split { Precision::Tf32x3 } else { Precision::Tf32 };
         let entries = ModeEntries { plain: "", clamp: "", smooth: "" };
-        IgemmTile { name: "", entries, precision, pixels, m_tiles, n_tiles, k_steps }
+        IgemmTile { name: "", entries, precision, pixels, m_tiles, n_tiles, k_steps, channels_last }
     }
 
     /// Pixels per block.
@@ -321,45 +366,42 @@ impl IgemmTile {
         8 * self.k_steps
     }
 
-    /// Floats per row of the A tile (one channel, `BM` pixels): ≡ 8 mod 32.
+    /// Floats per row of the A tile: NCHW one channel, `BM` pixels, ≡ 8 mod 32; NHWC one pixel,
+    /// `BK` channels, [`conflict_free_stride`].
     pub const fn a_stride(&self) -> u32 {
-        self.bm() + 8
+        if self.channels_last { conflict_free_stride(self.bk()) } else { self.bm() + 8 }
     }
 
-    /// Floats per row of the B tile (one output, `BK` channels): the least ≥ `BK` that is
-    /// ≡ 8 or 24 mod 32.
+    /// Floats per row of the B tile (one output, `BK` channels).
     pub const fn b_stride(&self) -> u32 {
-        let mut s = self.bk();
-        while s % 32 != 8 && s % 32 != 24 {
-            s += 8;
-        }
-        s
+        conflict_free_stride(self.bk())
     }
 
     pub const fn a_floats(&self) -> u32 {
-        self.bk() * self.a_stride()
+        (if self.channels_last { self.bm() } else { self.bk() }) * self.a_stride()
     }
 
     pub const fn stage_floats(&self) -> u32 {
         self.a_floats() + self.bn() * self.b_stride()
     }
 
-    /// Floats per output channel of the epilogue's staging tile (`BM` pixels): ≡ 4 mod 32, so
-    /// that the accumulators of a warp (8 pixels by 8 channels) land in 32 banks.
+    /// Floats per row of the epilogue's staging tile. NCHW: one output channel, `BM` pixels,
+    /// ≡ 4 mod 32, so that the accumulators of a warp (8 pixels by 8 channels) land in 32 banks;
+    /// NHWC: one pixel, `BN` channels, [`conflict_free_stride`] for 8-byte stores of pairs.
     pub const fn out_stride(&self) -> u32 {
-        self.bm() + 4
+        if self.channels_last { conflict_free_stride(self.bn()) } else { self.bm() + 4 }
     }
 
     /// Slot of (pixel `m`, output `n`) in the epilogue's staging tile.
     #[inline(always)]
     pub const fn out_slot(&self, m: u32, n: u32) -> u32 {
-        n * self.out_stride() + m
+        if self.channels_last { m * self.out_stride() + n } else { n * self.out_stride() + m }
     }
 
     /// The pipeline's stages, or the epilogue's staging tile where larger.
     pub const fn smem_bytes(&self) -> u32 {
         let stages = STAGES * self.stage_floats();
-        let staging = self.bn() * self.out_stride();
+        let staging = (if self.channels_last { self.bm() } else { self.bn() }) * self.out_stride();
         4 * if stages > staging { stages } else { staging }
     }
 
@@ -371,13 +413,18 @@ impl IgemmTile {
     /// Slot of A-tile element (pixel `m` of the block, channel `k` of the chunk) in a stage.
     #[inline(always)]
     pub const fn a_slot(&self, m: u32, k: u32) -> u32 {
-        k * self.a_stride() + (m & !15) + 2 * (m & 7) + ((m >> 3) & 1)
+        if self.channels_last {
+            m * self.a_stride() + k
+        } else {
+            k * self.a_stride() + (m & !15) + 2 * (m & 7) + ((m >> 3) & 1)
+        }
     }
 
     /// Slot of B-tile element (output `n` of the block's column tile, channel `k` of the chunk).
     #[inline(always)]
     pub const fn b_slot(&self, n: u32, k: u32) -> u32 {
-        self.a_floats() + n * self.b_stride() + (k & !7) + 2 * (k & 3) + ((k >> 2) & 1)
+        let k_slot = if self.channels_last { k } else { (k & !7) + 2 * (k & 3) + ((k >> 2) & 1) };
+        self.a_floats() + n * self.b_stride() + k_slot
     }
 
     /// The block's first pixel row of `warp`.
@@ -386,19 +433,41 @@ impl IgemmTile {
         warp * 16 * self.m_tiles
     }
 
-    /// Slot of the pair (A(g, k), A(g+8, k)) of m-tile `i`, k-step `ks` for `lane`;
-    /// `upper` selects k = t + 4 over k = t.
+    /// Chunk channel of the mma's k-index `t` or (`upper`) `t + 4` (`t < 4`) in k-step `ks`: the
+    /// same channel for NCHW; the adjacent pair 2t, 2t + 1 for NHWC, which one 8-byte load of a
+    /// pixel's channels then holds (A and B alike, so that the products still pair up).
     #[inline(always)]
-    pub const fn a_pair(&self, lane: u32, warp: u32, i: u32, ks: u32, upper: bool) -> u32 {
-        let (g, t) = (lane / 4, lane % 4);
-        self.a_slot(self.warp_row(warp) + 16 * i + g, 8 * ks + t + 4 * upper as u32)
+    pub const fn mma_channel(&self, ks: u32, t: u32, upper: bool) -> u32 {
+        8 * ks + if self.channels_last { 2 * t + upper as u32 } else { t + 4 * upper as u32 }
     }
 
-    /// Slot of the pair (B(k t, n g), B(k t+4, n g)) of n-tile `j`, k-step `ks` for `lane`.
+    /// Slots of `lane`'s two 8-byte A loads of m-tile `i`, k-step `ks`, which
+    /// [`Self::a_fragment`] orders: NCHW the pairs (A(g, k), A(g+8, k)) for k = t and t + 4
+    /// (the interleaved rows), NHWC the pairs (A(g, k), A(g, k+4)) of pixels g and g + 8.
+    #[inline(always)]
+    pub const fn a_pairs(&self, lane: u32, warp: u32, i: u32, ks: u32) -> [u32; 2] {
+        let (g, t) = (lane / 4, lane % 4);
+        let m = self.warp_row(warp) + 16 * i + g;
+        if self.channels_last {
+            let k = self.mma_channel(ks, t, false);
+            [self.a_slot(m, k), self.a_slot(m + 8, k)]
+        } else {
+            [self.a_slot(m, self.mma_channel(ks, t, false)), self.a_slot(m, self.mma_channel(ks, t, true))]
+        }
+    }
+
+    /// The A fragment (g, t), (g+8, t), (g, t+4), (g+8, t+4) from the loads at [`Self::a_pairs`].
+    #[inline(always)]
+    pub fn a_fragment<T: Copy>(&self, [p, q]: [[T; 2]; 2]) -> [T; 4] {
+        if self.channels_last { [p[0], q[0], p[1], q[1]] } else { [p[0], p[1], q[0], q[1]] }
+    }
+
+    /// Slot of the pair (B(k t, n g), B(k t+4, n g)) of n-tile `j`, k-step `ks` for `lane`
+    /// (adjacent in either layout's [`Self::b_slot`] order).
     #[inline(always)]
     pub const fn b_pair(&self, lane: u32, j: u32, ks: u32) -> u32 {
         let (g, t) = (lane / 4, lane % 4);
-        self.b_slot(8 * j + g, 8 * ks + t)
+        self.b_slot(8 * j + g, self.mma_channel(ks, t, false))
     }
 
     /// (pixel of the block, output of the column tile) of accumulator `e` of tile (i, j).
@@ -413,10 +482,10 @@ impl IgemmTile {
         pixels.div_ceil(self.bm() as u64)
     }
 
-    /// Calls `copy_x(slot, offset, inside)` for each of `thread`'s input copies of `chunk`
-    /// (`offset` 0 where `inside` is false, which copies a zero) and `copy_w4(slot, offset)` for
-    /// its 16-byte copies of packed weights (slots within a stage). `src` is the thread's pixel
-    /// ([`Self::copy_pixel`]).
+    /// Calls `copy_x(slot, offset, inside, wide)` for each of `thread`'s input copies of `chunk`
+    /// (`wide`: 16 bytes, else 4; `offset` 0 where `inside` is false, which copies zeros) and
+    /// `copy_w4(slot, offset)` for its 16-byte copies of packed weights (slots within a stage).
+    /// `src` is the thread's pixel ([`Self::copy_pixel`]).
     #[inline(always)]
     pub fn copy_chunk(
         &self,
@@ -424,25 +493,39 @@ impl IgemmTile {
         src: &PixelSource,
         thread: u32,
         chunk: Chunk,
-        mut copy_x: impl FnMut(u32, u64, bool),
+        mut copy_x: impl FnMut(u32, u64, bool, bool),
         mut copy_w4: impl FnMut(u32, u64),
     ) {
         let m = thread % self.bm();
         let ih = src.ih0 + (chunk.r * p.window.dil_h) as i32;
         let iw = src.iw0 + (chunk.s * p.window.dil_w) as i32;
         let at_tap = src.valid & ((ih as u32) < p.in_h) & ((iw as u32) < p.in_w);
-        let tap_offset = src.plane + if at_tap { (ih as u32 * p.in_w + iw as u32) as u64 } else { 0 };
-        // A thread's channels lie a fixed number of planes apart: one addition per copy.
+        let position = if at_tap { (ih as u32 * p.in_w + iw as u32) as u64 } else { 0 };
         let first_channel = chunk.cc * self.bk();
         let channels = p.block_channels.saturating_sub(first_channel);
-        let mut k = thread / self.bm();
-        let mut offset = tap_offset + (first_channel + k) as u64 * p.in_plane as u64;
-        let step = self.threads_per_pixel() as u64 * p.in_plane as u64;
-        while k < self.bk() {
-            let inside = at_tap & (k < channels);
-            copy_x(self.a_slot(m, k), if inside { offset } else { 0 }, inside);
-            k += self.threads_per_pixel();
-            offset += step;
+        if self.channels_last {
+            // A pixel's channels are adjacent: 4 per copy where INPUT_VECTORS allows (then a
+            // copy lies wholly inside or outside the block's channels), else 1.
+            let wide = p.flags & INPUT_VECTORS != 0;
+            let width = if wide { 4 } else { 1 };
+            let tap_offset = src.plane + position * p.channels as u64 + first_channel as u64;
+            let mut k = width * (thread / self.bm());
+            while k < self.bk() {
+                let inside = at_tap & (k < channels);
+                copy_x(self.a_slot(m, k), if inside { tap_offset + k as u64 } else { 0 }, inside, wide);
+                k += width * self.threads_per_pixel();
+            }
+        } else {
+            // A thread's channels lie a fixed number of planes apart: one addition per copy.
+            let mut k = thread / self.bm();
+            let mut offset = src.plane + position + (first_channel + k) as u64 * p.in_plane as u64;
+            let step = self.threads_per_pixel() as u64 * p.in_plane as u64;
+            while k < self.bk() {
+                let inside = at_tap & (k < channels);
+                copy_x(self.a_slot(m, k), if inside { offset } else { 0 }, inside, false);
+                k += self.threads_per_pixel();
+                offset += step;
+            }
         }
         // Weights: the chunk's packed panel ([`IgemmPackParams`]), BN rows of BK floats
         // already in shared-memory order, in 16-byte pieces.
@@ -466,44 +549,54 @@ impl IgemmTile {
     /// The source of `thread`'s pixel in pixel tile `tile`.
     #[inline(always)]
     pub fn copy_pixel(&self, p: &IgemmFwdParams, block: BlockCoords, tile: u32, thread: u32) -> PixelSource {
-        p.pixel_source(block, tile * self.bm() + thread % self.bm())
+        p.pixel_source(block, tile * self.bm() + thread % self.bm(), self.channels_last)
     }
+
+    /// Element offset of output channel `k` (of all, where stored) at flat pixel `flat`.
+    #[inline(always)]
+    pub fn output_offset(&self, p: &IgemmFwdParams, flat: u32, k: u32) -> u64 {
+        if self.channels_last {
+            return flat as u64 * p.out_channels as u64 + k as u64;
+        }
+        let (image, pixel) = p.out_plane_div.div_rem(flat);
+        (image as u64 * p.out_channels as u64 + k as u64) * p.out_plane as u64 + pixel as u64
+    }
+}
+
+/// The [`IgemmTile`] of entry point `$name`: (split, pixels, m_tiles, n_tiles, k_steps, channels_last).
+macro_rules! igemm_tile {
+    ($name:ident, $split:expr, $pixels:expr, $mt:literal, $nt:literal, $ks:literal, $nhwc:expr) => {
+        IgemmTile {
+            name: stringify!($name),
+            entries: crate::mode_entries!($name),
+            ..IgemmTile::of_kernel($split, $pixels, $mt, $nt, $ks, $nhwc)
+        }
+    };
 }
 
 macro_rules! igemm_fwd_variants {
     (
-        flat: $(($tf:ident, $x3:ident, $mt:literal, $nt:literal, $ks:literal)),* $(,)?;
+        flat: $(($tf:ident, $x3:ident, $ntf:ident, $nx3:ident, $mt:literal, $nt:literal, $ks:literal)),* $(,)?;
         spatial: $(($stf:ident, $sx3:ident, $smt:literal, $snt:literal, $cols:literal)),* $(,)?
     ) => {
-        /// Every variant in the PTX, by entry-point name: each tile in TF32, then in 3xTF32.
+        /// Every variant in the PTX, by entry-point name: each NCHW flat tile in TF32, then in
+        /// 3xTF32; the NHWC flat tiles alike; then the spatial tiles alike.
         pub const IGEMM_FWD_VARIANTS: &[IgemmTile] = &[
-            $(IgemmTile {
-                name: stringify!($tf),
-                entries: crate::mode_entries!($tf),
-                ..IgemmTile::of_kernel(false, PixelTile::Flat, $mt, $nt, $ks)
-            },)*
-            $(IgemmTile {
-                name: stringify!($x3),
-                entries: crate::mode_entries!($x3),
-                ..IgemmTile::of_kernel(true, PixelTile::Flat, $mt, $nt, $ks)
-            },)*
-            $(IgemmTile {
-                name: stringify!($stf),
-                entries: crate::mode_entries!($stf),
-                ..IgemmTile::of_kernel(false, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1)
-            },)*
-            $(IgemmTile {
-                name: stringify!($sx3),
-                entries: crate::mode_entries!($sx3),
-                ..IgemmTile::of_kernel(true, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1)
-            },)*
+            $(igemm_tile!($tf, false, PixelTile::Flat, $mt, $nt, $ks, false),)*
+            $(igemm_tile!($x3, true, PixelTile::Flat, $mt, $nt, $ks, false),)*
+            $(igemm_tile!($ntf, false, PixelTile::Flat, $mt, $nt, $ks, true),)*
+            $(igemm_tile!($nx3, true, PixelTile::Flat, $mt, $nt, $ks, true),)*
+            $(igemm_tile!($stf, false, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, false),)*
+            $(igemm_tile!($sx3, true, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, false),)*
         ];
 
         #[cfg(target_arch = "nvptx64")]
         mod entry {
             $(
-                crate::mode_entry_points!($tf, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, false]);
-                crate::mode_entry_points!($x3, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, true]);
+                crate::mode_entry_points!($tf, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, false, false]);
+                crate::mode_entry_points!($x3, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, true, false]);
+                crate::mode_entry_points!($ntf, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, false, true]);
+                crate::mode_entry_points!($nx3, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, true, true]);
             )*
             $(
                 crate::mode_entry_points!($stf, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, false]);
@@ -513,17 +606,18 @@ macro_rules! igemm_fwd_variants {
     };
 }
 
-// Each tile once, named in both precisions (TF32, 3xTF32).
+// Each tile once, named in both precisions (TF32, 3xTF32); flat tiles also in both layouts
+// (NCHW, NHWC).
 igemm_fwd_variants!(
     flat:
-    (igemm_tf32_m128_n8_k8, igemm_3xtf32_m128_n8_k8, 2, 1, 1),
-    (igemm_tf32_m128_n16_k8, igemm_3xtf32_m128_n16_k8, 2, 2, 1),
-    (igemm_tf32_m128_n24_k8, igemm_3xtf32_m128_n24_k8, 2, 3, 1),
-    (igemm_tf32_m128_n32_k16, igemm_3xtf32_m128_n32_k16, 2, 4, 2),
-    (igemm_tf32_m128_n56_k8, igemm_3xtf32_m128_n56_k8, 2, 7, 1),
-    (igemm_tf32_m128_n64_k16, igemm_3xtf32_m128_n64_k16, 2, 8, 2),
-    (igemm_tf32_m64_n32_k16, igemm_3xtf32_m64_n32_k16, 1, 4, 2),
-    (igemm_tf32_m64_n64_k16, igemm_3xtf32_m64_n64_k16, 1, 8, 2);
+    (igemm_tf32_m128_n8_k8, igemm_3xtf32_m128_n8_k8, igemm_tf32_nhwc_m128_n8_k8, igemm_3xtf32_nhwc_m128_n8_k8, 2, 1, 1),
+    (igemm_tf32_m128_n16_k8, igemm_3xtf32_m128_n16_k8, igemm_tf32_nhwc_m128_n16_k8, igemm_3xtf32_nhwc_m128_n16_k8, 2, 2, 1),
+    (igemm_tf32_m128_n24_k8, igemm_3xtf32_m128_n24_k8, igemm_tf32_nhwc_m128_n24_k8, igemm_3xtf32_nhwc_m128_n24_k8, 2, 3, 1),
+    (igemm_tf32_m128_n32_k16, igemm_3xtf32_m128_n32_k16, igemm_tf32_nhwc_m128_n32_k16, igemm_3xtf32_nhwc_m128_n32_k16, 2, 4, 2),
+    (igemm_tf32_m128_n56_k8, igemm_3xtf32_m128_n56_k8, igemm_tf32_nhwc_m128_n56_k8, igemm_3xtf32_nhwc_m128_n56_k8, 2, 7, 1),
+    (igemm_tf32_m128_n64_k16, igemm_3xtf32_m128_n64_k16, igemm_tf32_nhwc_m128_n64_k16, igemm_3xtf32_nhwc_m128_n64_k16, 2, 8, 2),
+    (igemm_tf32_m64_n32_k16, igemm_3xtf32_m64_n32_k16, igemm_tf32_nhwc_m64_n32_k16, igemm_3xtf32_nhwc_m64_n32_k16, 1, 4, 2),
+    (igemm_tf32_m64_n64_k16, igemm_3xtf32_m64_n64_k16, igemm_tf32_nhwc_m64_n64_k16, igemm_3xtf32_nhwc_m64_n64_k16, 1, 8, 2);
     // Spatial: rows x columns of pixels (16 x 8 fits 56- and 28-wide maps; 8 x 16 wider rows;
     // 8 x 8 the 14-wide ones), BK = 8.
     spatial:
@@ -579,12 +673,20 @@ pub(crate) mod device {
         if SPLIT { (big, cvt_tf32(v - f32::from_bits(big))) } else { (big, 0) }
     }
 
-    /// A stage's input copy for both tilings' `copy_chunk`: 4 bytes from element `offset` of `x`
-    /// to `slot` of the stage at `base`, a zero where not `inside`.
+    /// A stage's input copy for both tilings' `copy_chunk`: 4 bytes (16 where `wide`, through
+    /// L1 as the 4-byte ones: other taps read them again) from element `offset` of `x` to `slot`
+    /// of the stage at `base`, zeros where not `inside`.
     #[inline(always)]
-    pub(super) fn copy_input(base: u32, x: u64) -> impl FnMut(u32, u64, bool) {
+    pub(super) fn copy_input(base: u32, x: u64) -> impl FnMut(u32, u64, bool, bool) {
         #[inline(always)]
-        move |slot, offset, inside| cp_async_f32(base + 4 * slot, x + 4 * offset, if inside { 4 } else { 0 })
+        move |slot, offset, inside, wide| {
+            let (to, from) = (base + 4 * slot, x + 4 * offset);
+            if wide {
+                cp_async_f32x4_l1(to, from, if inside { 16 } else { 0 });
+            } else {
+                cp_async_f32(to, from, if inside { 4 } else { 0 });
+            }
+        }
     }
 
     /// A stage's 16-byte copy of packed weights for both tilings' `copy_chunk`.
@@ -619,14 +721,58 @@ pub(crate) mod device {
                 let bias = if MODE == PLAIN { 0.0 } else { ep.load_bias(k) };
                 let v = ld_shared_f32x4(smem + 4 * t.out_slot(4 * quad, n));
                 if vectors && flat + 4 <= p.batch_pixels {
-                    let at = p.output_offset(flat, stored_k);
-                    stg_f32x4(y + 4 * at, ep.finish4_as::<MODE>(v, bias, at));
+                    let at = t.output_offset(p, flat, stored_k);
+                    stg_f32x4(y + 4 * at, ep.finish4_as::<MODE>(v, [bias; 4], at));
                 } else {
                     // Whole pixels at a time (a select by index would put `v` in local memory).
                     let mut d = 0;
                     while d < 4 && flat + d < p.batch_pixels {
                         let value = ld_shared_f32(smem + 4 * t.out_slot(4 * quad + d, n));
-                        let at = p.output_offset(flat + d, stored_k);
+                        let at = t.output_offset(p, flat + d, stored_k);
+                        stg_f32(y + 4 * at, ep.finish_as::<MODE>(value, bias, at, true));
+                        d += 1;
+                    }
+                }
+            }
+            e += BLOCK_THREADS;
+        }
+    }
+
+    /// The epilogue of an NHWC flat tile: the accumulators are in shared memory at
+    /// [`IgemmTile::out_slot`] (pixel-major); a thread stores 4 adjacent output channels of one
+    /// pixel at a time (one 16-byte store where the flags allow and the epilogue keeps the
+    /// channels' order), through the epilogue of mode `MODE`.
+    #[inline(always)]
+    fn store_channels_last<const MODE: u32>(
+        p: &IgemmFwdParams,
+        t: &IgemmTile,
+        block: BlockCoords,
+        tile: u32,
+        thread: u32,
+        smem: u32,
+        y: u64,
+    ) {
+        let ep = &p.epilogue;
+        let vectors = p.flags & STORE_VECTORS != 0 && (MODE == PLAIN || ep.keeps_order());
+        let quads = t.bn() / 4;
+        let mut e = thread;
+        while e < t.bm() * quads {
+            let (m, n) = (e / quads, 4 * (e % quads));
+            let (flat, column) = (tile * t.bm() + m, block.column_tile * t.bn() + n);
+            if column < p.block_outputs && flat < p.batch_pixels {
+                let k = block.block_group * p.block_outputs + column;
+                if vectors {
+                    // K and the block's outputs are multiples of 4: the 4 channels exist.
+                    let at = t.output_offset(p, flat, ep.stored_channel::<MODE>(k));
+                    let bias = if MODE == PLAIN { [0.0; 4] } else { [0, 1, 2, 3].map(|d| ep.load_bias(k + d)) };
+                    let v = ld_shared_f32x4(smem + 4 * t.out_slot(m, n));
+                    stg_f32x4(y + 4 * at, ep.finish4_as::<MODE>(v, bias, at));
+                } else {
+                    let mut d = 0;
+                    while d < 4 && column + d < p.block_outputs {
+                        let at = t.output_offset(p, flat, ep.stored_channel::<MODE>(k + d));
+                        let bias = if MODE == PLAIN { 0.0 } else { ep.load_bias(k + d) };
+                        let value = ld_shared_f32(smem + 4 * t.out_slot(m, n + d));
                         stg_f32(y + 4 * at, ep.finish_as::<MODE>(value, bias, at, true));
                         d += 1;
                     }
@@ -639,10 +785,17 @@ pub(crate) mod device {
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    pub fn convolve<const MT: usize, const NT: usize, const KS: usize, const SPLIT: bool, const MODE: u32>(
+    pub fn convolve<
+        const MT: usize,
+        const NT: usize,
+        const KS: usize,
+        const SPLIT: bool,
+        const NHWC: bool,
+        const MODE: u32,
+    >(
         p: &IgemmFwdParams,
     ) {
-        let t = IgemmTile::of_kernel(SPLIT, PixelTile::Flat, MT as u32, NT as u32, KS as u32);
+        let t = IgemmTile::of_kernel(SPLIT, PixelTile::Flat, MT as u32, NT as u32, KS as u32, NHWC);
         let thread = thread_idx_x();
         let (lane, warp) = (thread % 32, thread / 32);
         let block: BlockCoords = p.block_coords(p.z_base + block_idx_z());
@@ -693,8 +846,9 @@ pub(crate) mod device {
                 let mut a = [[0u32; 4]; MT];
                 let mut a_small = [[0u32; 4]; MT];
                 for i in 0..MT {
-                    let [a0, a1] = ld_shared_f32x2(stage + 4 * t.a_pair(lane, warp, i as u32, ks, false));
-                    let [a2, a3] = ld_shared_f32x2(stage + 4 * t.a_pair(lane, warp, i as u32, ks, true));
+                    let [at0, at1] = t.a_pairs(lane, warp, i as u32, ks);
+                    let loaded = [ld_shared_f32x2(stage + 4 * at0), ld_shared_f32x2(stage + 4 * at1)];
+                    let [a0, a1, a2, a3] = t.a_fragment(loaded);
                     (a[i][0], a_small[i][0]) = split::<SPLIT, false>(a0);
                     (a[i][1], a_small[i][1]) = split::<SPLIT, false>(a1);
                     (a[i][2], a_small[i][2]) = split::<SPLIT, false>(a2);
@@ -736,18 +890,31 @@ pub(crate) mod device {
 
         // Epilogue: the accumulators through shared memory (the stages are free once every
         // warp is past its last chunk), so that a warp stores whole rows of one output
-        // channel, in 16-byte pieces where the output planes allow.
+        // channel (NHWC: runs of a pixel's channels), in 16-byte pieces where the layout allows.
         cp_async_wait_all();
         sync_threads();
         for i in 0..MT {
             for j in 0..NT {
-                for e in 0..4 {
-                    let (m, n) = t.acc_position(lane, warp, i as u32, j as u32, e as u32);
-                    st_shared_f32(smem + 4 * t.out_slot(m, n), acc[i][j][e]);
+                if NHWC {
+                    // A lane's pairs (0, 1) and (2, 3) are adjacent channels of one pixel.
+                    let [v0, v1, v2, v3] = acc[i][j];
+                    let (m, n) = t.acc_position(lane, warp, i as u32, j as u32, 0);
+                    st_shared_f32x2(smem + 4 * t.out_slot(m, n), [v0, v1]);
+                    let (m, n) = t.acc_position(lane, warp, i as u32, j as u32, 2);
+                    st_shared_f32x2(smem + 4 * t.out_slot(m, n), [v2, v3]);
+                } else {
+                    for e in 0..4 {
+                        let (m, n) = t.acc_position(lane, warp, i as u32, j as u32, e as u32);
+                        st_shared_f32(smem + 4 * t.out_slot(m, n), acc[i][j][e]);
+                    }
                 }
             }
         }
         sync_threads();
-        store::<MODE>(p, &t, block, tile, thread, smem, y);
+        if NHWC {
+            store_channels_last::<MODE>(p, &t, block, tile, thread, smem, y);
+        } else {
+            store::<MODE>(p, &t, block, tile, thread, smem, y);
+        }
     }
 }

@@ -346,7 +346,7 @@ pub(crate) mod device {
     pub fn convolve<const MT: usize, const NT: usize, const COLS: u32, const SPLIT: bool, const MODE: u32>(
         p: &IgemmSpatialParams,
     ) {
-        let t = IgemmTile::of_kernel(SPLIT, PixelTile::Spatial { cols: COLS }, MT as u32, NT as u32, 1);
+        let t = IgemmTile::of_kernel(SPLIT, PixelTile::Spatial { cols: COLS }, MT as u32, NT as u32, 1, false);
         let c = &p.conv;
         let thread = thread_idx_x();
         let (lane, warp) = (thread % 32, thread / 32);
@@ -357,7 +357,9 @@ pub(crate) mod device {
         let copy = #[inline(always)]
         |stage: u32, src: &TileSource, cc: u32| {
             let base = smem + stage * stage_bytes;
-            p.copy_chunk(&t, src, thread, cc, copy_input(base, x), copy_weights(base, w));
+            let mut copy_x = copy_input(base, x);
+            let narrow = |slot, offset, inside| copy_x(slot, offset, inside, false);
+            p.copy_chunk(&t, src, thread, cc, narrow, copy_weights(base, w));
         };
 
         // The copy cursor runs one (work item, chunk) ahead of the computation.
