@@ -58,7 +58,7 @@ fn run_flat_on_cpu(conv: &Conv2d, tile: &IgemmTile, [x_aligned, y_aligned]: [boo
         let block = p.block_coords(z);
         for pixel_tile in 0..shape.grid[0] as u32 {
             let mut acc = vec![[[0.0f64; 4]; 32]; (WARPS * mt * nt) as usize];
-            let sources: Vec<_> = (0..BLOCK_THREADS).map(|t| tile.copy_pixel(&p, block, pixel_tile, t)).collect();
+            let sources: Vec<_> = (0..BLOCK_THREADS).map(|t| tile.copy_sources(&p, block, pixel_tile, t)).collect();
             let mut chunk = Chunk::FIRST;
             for _ in 0..p.chunks() {
                 // One stage: every thread's copies, then every warp's fragments.

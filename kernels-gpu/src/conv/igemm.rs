@@ -59,6 +59,8 @@ pub const BLOCK_THREADS: u32 = 128;
 pub const WARPS: u32 = BLOCK_THREADS / 32;
 /// Reduction chunks in shared memory at once: one computed, two in flight.
 pub const STAGES: u32 = 3;
+/// Most pixels a thread copies inputs of ([`IgemmTile::copy_pixels`]).
+pub const COPY_PIXELS: usize = 2;
 /// Flag: four adjacent outputs may be stored as one 16-byte vector. NCHW: four pixels of one
 /// channel (`out_h * out_w` a multiple of 4, so four pixels from a multiple of 4 on lie in one
 /// image); NHWC: four channels of one pixel (`K` and the block's outputs multiples of 4); `y`
@@ -405,9 +407,23 @@ impl IgemmTile {
         4 * if stages > staging { stages } else { staging }
     }
 
-    /// Threads that copy one pixel's channels of a chunk.
+    /// Threads that copy one pixel's channels of a chunk: NCHW `BLOCK_THREADS / BM`, each
+    /// pixel's own; NHWC 2 adjacent lanes, so that a warp's 16-byte copies take 32 bytes of each
+    /// of 16 pixels (a pixel's channels of a block group lie apart from the next pixel's, and
+    /// each pixel a warp touches costs the L1 a pass).
     pub const fn threads_per_pixel(&self) -> u32 {
-        BLOCK_THREADS / self.bm()
+        if self.channels_last { 2 } else { BLOCK_THREADS / self.bm() }
+    }
+
+    /// Pixels each thread copies: NHWC `BM / 64` ([`COPY_PIXELS`] at most), NCHW 1.
+    pub const fn copy_pixels(&self) -> u32 {
+        self.bm() * self.threads_per_pixel() / BLOCK_THREADS
+    }
+
+    /// The block's pixel that `thread` copies `j`-th (`j < copy_pixels`).
+    #[inline(always)]
+    pub const fn copy_row(&self, thread: u32, j: u32) -> u32 {
+        if self.channels_last { thread / 2 + j * (BLOCK_THREADS / 2) } else { thread % self.bm() }
     }
 
     /// Slot of A-tile element (pixel `m` of the block, channel `k` of the chunk) in a stage.
@@ -485,37 +501,47 @@ impl IgemmTile {
     /// Calls `copy_x(slot, offset, inside, wide)` for each of `thread`'s input copies of `chunk`
     /// (`wide`: 16 bytes, else 4; `offset` 0 where `inside` is false, which copies zeros) and
     /// `copy_w4(slot, offset)` for its 16-byte copies of packed weights (slots within a stage).
-    /// `src` is the thread's pixel ([`Self::copy_pixel`]).
+    /// `sources` are the thread's pixels ([`Self::copy_sources`]).
     #[inline(always)]
     pub fn copy_chunk(
         &self,
         p: &IgemmFwdParams,
-        src: &PixelSource,
+        sources: &[PixelSource; COPY_PIXELS],
         thread: u32,
         chunk: Chunk,
         mut copy_x: impl FnMut(u32, u64, bool, bool),
         mut copy_w4: impl FnMut(u32, u64),
     ) {
-        let m = thread % self.bm();
-        let ih = src.ih0 + (chunk.r * p.window.dil_h) as i32;
-        let iw = src.iw0 + (chunk.s * p.window.dil_w) as i32;
-        let at_tap = src.valid & ((ih as u32) < p.in_h) & ((iw as u32) < p.in_w);
-        let position = if at_tap { (ih as u32 * p.in_w + iw as u32) as u64 } else { 0 };
         let first_channel = chunk.cc * self.bk();
         let channels = p.block_channels.saturating_sub(first_channel);
+        let tap = |src: &PixelSource| {
+            let ih = src.ih0 + (chunk.r * p.window.dil_h) as i32;
+            let iw = src.iw0 + (chunk.s * p.window.dil_w) as i32;
+            let at_tap = src.valid & ((ih as u32) < p.in_h) & ((iw as u32) < p.in_w);
+            (at_tap, if at_tap { (ih as u32 * p.in_w + iw as u32) as u64 } else { 0 })
+        };
         if self.channels_last {
             // A pixel's channels are adjacent: 4 per copy where INPUT_VECTORS allows (then a
             // copy lies wholly inside or outside the block's channels), else 1.
             let wide = p.flags & INPUT_VECTORS != 0;
             let width = if wide { 4 } else { 1 };
-            let tap_offset = src.plane + position * p.channels as u64 + first_channel as u64;
-            let mut k = width * (thread / self.bm());
-            while k < self.bk() {
-                let inside = at_tap & (k < channels);
-                copy_x(self.a_slot(m, k), if inside { tap_offset + k as u64 } else { 0 }, inside, wide);
-                k += width * self.threads_per_pixel();
-            }
+            crate::unrolled::<COPY_PIXELS>(|j| {
+                if j < self.copy_pixels() as usize {
+                    let (m, src) = (self.copy_row(thread, j as u32), &sources[j]);
+                    let (at_tap, position) = tap(src);
+                    let tap_offset = src.plane + position * p.channels as u64 + first_channel as u64;
+                    let mut k = width * (thread % 2);
+                    while k < self.bk() {
+                        let inside = at_tap & (k < channels);
+                        copy_x(self.a_slot(m, k), if inside { tap_offset + k as u64 } else { 0 }, inside, wide);
+                        k += width * self.threads_per_pixel();
+                    }
+                }
+                true
+            });
         } else {
+            let (src, m) = (&sources[0], self.copy_row(thread, 0));
+            let (at_tap, position) = tap(src);
             // A thread's channels lie a fixed number of planes apart: one addition per copy.
             let mut k = thread / self.bm();
             let mut offset = src.plane + position + (first_channel + k) as u64 * p.in_plane as u64;
@@ -529,7 +555,7 @@ impl IgemmTile {
         }
         // Weights: the chunk's packed panel ([`IgemmPackParams`]), BN rows of BK floats
         // already in shared-memory order, in 16-byte pieces.
-        let panel = self.panel_offset(p, src.block, chunk.index);
+        let panel = self.panel_offset(p, sources[0].block, chunk.index);
         let row_pieces = self.bk() / 4;
         let mut e = thread;
         while e < self.bn() * row_pieces {
@@ -546,10 +572,20 @@ impl IgemmTile {
         (panel + index as u64) * (self.bn() * self.bk()) as u64
     }
 
-    /// The source of `thread`'s pixel in pixel tile `tile`.
+    /// The sources of the pixels `thread` copies in pixel tile `tile` (the first
+    /// [`Self::copy_pixels`]; the rest repeat the first).
     #[inline(always)]
-    pub fn copy_pixel(&self, p: &IgemmFwdParams, block: BlockCoords, tile: u32, thread: u32) -> PixelSource {
-        p.pixel_source(block, tile * self.bm() + thread % self.bm(), self.channels_last)
+    pub fn copy_sources(
+        &self,
+        p: &IgemmFwdParams,
+        block: BlockCoords,
+        tile: u32,
+        thread: u32,
+    ) -> [PixelSource; COPY_PIXELS] {
+        core::array::from_fn(|j| {
+            let j = if (j as u32) < self.copy_pixels() { j as u32 } else { 0 };
+            p.pixel_source(block, tile * self.bm() + self.copy_row(thread, j), self.channels_last)
+        })
     }
 
     /// Element offset of output channel `k` (of all, where stored) at flat pixel `flat`.
@@ -800,7 +836,7 @@ pub(crate) mod device {
         let (lane, warp) = (thread % 32, thread / 32);
         let block: BlockCoords = p.block_coords(p.z_base + block_idx_z());
         let tile = block_idx_x();
-        let src = t.copy_pixel(p, block, tile, thread);
+        let sources = t.copy_sources(p, block, tile, thread);
         let (smem, x, w, y) = (smem_base(), to_global(p.x), to_global(p.w), to_global(p.y));
         let stage_bytes = 4 * t.stage_floats();
         let chunks = p.chunks();
@@ -808,7 +844,7 @@ pub(crate) mod device {
         let copy = #[inline(always)]
         |stage: u32, chunk: Chunk| {
             let base = smem + stage * stage_bytes;
-            t.copy_chunk(p, &src, thread, chunk, copy_input(base, x), copy_weights(base, w));
+            t.copy_chunk(p, &sources, thread, chunk, copy_input(base, x), copy_weights(base, w));
         };
 
         // Stages 0 .. STAGES - 1 in flight; one commit per stage, empty or not, keeps the
