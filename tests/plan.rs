@@ -296,12 +296,18 @@ fn the_heuristic_follows_the_measured_rules() {
             }
         }
         // Other layers of fewer than 128 channels per group: the tensor-core kernel's NHWC tiles
-        // (TF32 fast, 3xTF32 exact); wider ones: cuDNN.
+        // (TF32 fast, 3xTF32 exact), except in the fast class for groups of power-of-two widths
+        // (cuDNN's grouped engines); wider ones: cuDNN.
         let nhwc = |spec: &str| {
             let conv: Conv2d = format!("{spec},layout=nhwc").parse().unwrap();
             heuristic::choose(132, &conv, &conv.geometry().unwrap(), math, gib).algorithm
         };
-        for spec in ["n=8,c=64,h=28,k=64,r=3,s=3,pad=1", "n=8,c=128,h=28,k=128,r=3,s=3,pad=1,groups=32"] {
+        let resnext = "n=8,c=128,h=28,k=128,r=3,s=3,pad=1,groups=32";
+        for spec in ["n=8,c=96,h=28,k=96,r=3,s=3,pad=1,groups=4", "n=8,c=60,h=28,k=240,r=1,s=1,groups=3", resnext] {
+            if spec == resnext && math == MathClass::Fast {
+                assert_eq!(nhwc(spec), Algorithm::CudnnHeuristic(math), "{spec}");
+                continue;
+            }
             let tile = match nhwc(spec) {
                 Algorithm::Igemm(name) => igemm::variants().iter().find(|t| t.name == name).unwrap(),
                 other => panic!("{spec}: {other}"),

@@ -6,8 +6,11 @@
 //!   NHWC depthwise engine ran MobileNetV2's four stride-2 layers 6-21% faster than ours, at
 //!   73-85% of HBM bandwidth on the large ones; `benches/NOTES.md`, "Depthwise v5"); grouped
 //!   layers of fewer than [`CUDNN_MIN_CHANNELS`] channels per group to the tensor-core
-//!   kernel's NHWC tiles (TF32 fast, 3xTF32 exact); the rest to cuDNN (its heuristic's first
-//!   choice).
+//!   kernel's NHWC tiles, 3xTF32 in the exact class (1.2-5.0x cuDNN's exact best on the
+//!   `grouped-nhwc` suite), TF32 in the fast class except for groups whose input and output
+//!   widths are both powers of two, where cuDNN's grouped TF32 engines run (ResNeXt's 4 to 32
+//!   wide groups: ours 0.42-0.63x of them; RegNetY's 24 and 56, ShuffleNet's 12/48 and 20/80:
+//!   0.80-1.82x, 3 of 22 below 1x); the rest to cuDNN (its heuristic's first choice).
 //! - Filters of at least [`FFT_MIN_TAPS`] taps go to an FFT convolution: the fused
 //!   whole-image kernel (depthwise layers) or the tiled one at one of its tile sizes, whichever
 //!   the shared cost model ([`fft_gemm::transforms_s`]) estimates faster. Measured: 3.9-61x
@@ -130,8 +133,11 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
             return pick(Algorithm::Depthwise(tile.name), 0, why);
         }
         let precision = igemm::precisions(math)[0];
-        if !depthwise
-            && narrowest < CUDNN_MIN_CHANNELS
+        let grouped = !depthwise && narrowest < CUDNN_MIN_CHANNELS;
+        let cudnn_grouped =
+            math == MathClass::Fast && geom.c_per_group.is_power_of_two() && geom.k_per_group.is_power_of_two();
+        if grouped
+            && !cudnn_grouped
             && let Ok(shape) = igemm::choose(conv, geom, precision, sm_count)
         {
             let why = format!(
@@ -143,7 +149,14 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
             );
             return pick(Algorithm::Igemm(shape.tile.name), 0, why);
         }
-        let why = "channels last: cuDNN's heuristic choice".to_owned();
+        let why = if grouped && cudnn_grouped {
+            format!(
+                "channels last, groups {} and {} wide (powers of two): cuDNN's grouped TF32 engines",
+                geom.c_per_group, geom.k_per_group
+            )
+        } else {
+            "channels last: cuDNN's heuristic choice".to_owned()
+        };
         return pick(Algorithm::CudnnHeuristic(math), 0, why);
     }
     let taps = conv.r * conv.s;
