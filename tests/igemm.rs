@@ -606,3 +606,21 @@ fn each_tile_runs_the_layout_it_was_built_for() {
         }
     }
 }
+
+/// NHWC tiles: two adjacent lanes share a pixel, so a warp's input copies reach 16 pixels (each
+/// pixel a warp touches is a pass of the L1), every pixel of the block once per chunk.
+#[test]
+fn channels_last_warps_copy_sixteen_pixels_each() {
+    for tile in IGEMM_FWD_VARIANTS.iter().filter(|t| t.channels_last) {
+        let mut seen = vec![0u32; tile.bm() as usize];
+        for j in 0..tile.copy_pixels() {
+            for warp in 0..WARPS {
+                let mut pixels: Vec<u32> = (0..32).map(|lane| tile.copy_row(32 * warp + lane, j)).collect();
+                pixels.iter().for_each(|&m| seen[m as usize] += 1);
+                pixels.dedup();
+                assert_eq!(pixels.len(), 16, "{}: warp {warp} copies {pixels:?}", tile.name);
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 2), "{}: each pixel by one lane pair", tile.name);
+    }
+}
