@@ -83,21 +83,20 @@ pub fn cpu_reference(conv: &Conv2d, x: &[f32], w: &[f32]) -> Result<Reference> {
 
 /// `[outer][inner][channels]` to `[outer][channels][inner]`.
 pub fn channels_first<T: Copy>(v: &[T], outer: usize, channels: usize, inner: usize) -> Vec<T> {
-    let mut out = Vec::with_capacity(v.len());
-    for o in 0..outer {
-        for c in 0..channels {
-            out.extend((0..inner).map(|i| v[(o * inner + i) * channels + c]));
-        }
-    }
-    out
+    swap_inner_axes(v, outer, inner, channels)
 }
 
 /// `[outer][channels][inner]` to `[outer][inner][channels]`.
 pub fn channels_last<T: Copy>(v: &[T], outer: usize, channels: usize, inner: usize) -> Vec<T> {
+    swap_inner_axes(v, outer, channels, inner)
+}
+
+/// `[outer][a][b]` to `[outer][b][a]`.
+fn swap_inner_axes<T: Copy>(v: &[T], outer: usize, a: usize, b: usize) -> Vec<T> {
     let mut out = Vec::with_capacity(v.len());
     for o in 0..outer {
-        for i in 0..inner {
-            out.extend((0..channels).map(|c| v[(o * channels + c) * inner + i]));
+        for j in 0..b {
+            out.extend((0..a).map(|i| v[(o * a + i) * b + j]));
         }
     }
     out
