@@ -335,7 +335,7 @@ pub struct IgemmTile {
 pub const fn conflict_free_stride(min: u32) -> u32 {
     let s = min.next_multiple_of(8);
     // s ≡ 0, 8, 16 or 24 mod 32; 0 and 16 move up to 8 and 24.
-    if s % 16 == 0 { s + 8 } else { s }
+    if s.is_multiple_of(16) { s + 8 } else { s }
 }
 
 impl IgemmTile {
