@@ -18,7 +18,7 @@ use kernels_gpu::{
         epilogue::PLAIN,
         igemm::{
             BLOCK_THREADS, CHANNELS_LAST, Chunk, IGEMM_FWD_VARIANTS, INPUT_VECTORS, IgemmTile, PixelTile, Precision,
-            STORE_VECTORS, WARPS, spatial,
+            STORE_VECTORS, WARPS, conflict_free_stride, spatial,
         },
     },
     verify::Tolerance,
@@ -404,6 +404,19 @@ fn distinct_banks(words: Vec<u32>) -> bool {
     banks.sort_unstable();
     banks.dedup();
     banks.len() == words.len()
+}
+
+/// `conflict_free_stride`'s closed form is its definition: the least multiple of 8 from `min`
+/// on that is 8 or 24 mod 32 (so that 4 rows of 8-byte pairs, 16 lanes, cover all 32 banks).
+#[test]
+fn conflict_free_stride_is_the_least_stride_whose_rows_cover_every_bank() {
+    for min in 0..2048u32 {
+        let least = (min..).find(|s| s % 8 == 0 && matches!(s % 32, 8 | 24)).unwrap();
+        assert_eq!(conflict_free_stride(min), least, "min {min}");
+        // Four rows of 8 words each (4 lanes' pairs per row).
+        let words: Vec<u32> = (0..4).flat_map(|row| (0..8).map(move |w| row * least + w)).collect();
+        assert!(distinct_banks(words), "stride {least}");
+    }
 }
 
 /// The banks (4-byte words mod 32) that the lanes of each 8-byte load phase (16 lanes) or
