@@ -34,13 +34,26 @@ fn run_on_cpu(conv: &Conv2d, tile: &IgemmTile, aligned: [bool; 2]) {
     }
 }
 
-/// The inputs, filters and packed filters of a CPU run.
+/// The inputs, filters and packed filters of a CPU run: 3xTF32's TF32 values and residuals
+/// as the packing kernel writes them (TF32's weights are left exact here, within the f32
+/// bound: its rounding has a bound of its own).
 fn cpu_operands(conv: &Conv2d, shape: &igemm::IgemmShape) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let geom = conv.geometry().unwrap();
     let x = host_uniform(conv.n as u64 * 7 + conv.c as u64, geom.x_len);
     let w = host_uniform(conv.r as u64 * 13 + conv.k as u64, geom.w_len);
     let pack = igemm::pack_params(conv, &geom, shape);
-    let packed: Vec<f32> = (0..pack.total as u32).map(|e| pack.source(e).map_or(0.0, |o| w[o as usize])).collect();
+    let split = shape.tile.precision == Precision::Tf32x3;
+    let packed: Vec<f32> = (0..pack.total as u32)
+        .map(|e| {
+            let source = pack.source(e);
+            let v = source.offset.map_or(0.0, |o| w[o as usize]);
+            match (split, source.residual) {
+                (false, _) => v,
+                (true, false) => tf32(v),
+                (true, true) => tf32(v - tf32(v)),
+            }
+        })
+        .collect();
     (x, w, packed)
 }
 
@@ -115,7 +128,13 @@ fn run_flat_on_cpu(conv: &Conv2d, tile: &IgemmTile, [x_aligned, y_aligned]: [boo
                                     let [at0, at1] = tile.a_pairs(lane, warp, i, ks);
                                     let loaded = [pair(&mut smem, at0), pair(&mut smem, at1)];
                                     a[lane as usize] = tile.a_fragment(loaded);
-                                    b[lane as usize] = pair(&mut smem, tile.b_pair(lane, j, ks));
+                                    // 3xTF32: the weight as its value and residual.
+                                    let at = tile.b_pair(lane, j, ks);
+                                    b[lane as usize] = pair(&mut smem, at);
+                                    if tile.precision == Precision::Tf32x3 {
+                                        let [r0, r1] = pair(&mut smem, at + tile.b_residual());
+                                        b[lane as usize] = [b[lane as usize][0] + r0, b[lane as usize][1] + r1];
+                                    }
                                 }
                                 mma(&a, &b, &mut acc[((warp * mt + i) * nt + j) as usize]);
                             }
@@ -270,6 +289,11 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile) {
                                     let pair = sp.b_pair(tile, lane, j, tap);
                                     assert!(pair.is_multiple_of(2), "8-byte load at slot {pair}");
                                     b[lane as usize] = [smem.load(pair), smem.load(pair + 1)];
+                                    if tile.precision == Precision::Tf32x3 {
+                                        let residual = pair + spatial::IgemmSpatialParams::b_residual(tile);
+                                        b[lane as usize][0] += smem.load(residual);
+                                        b[lane as usize][1] += smem.load(residual + 1);
+                                    }
                                 }
                                 mma(&a, &b, &mut acc[((warp * mt + i) * nt + j) as usize]);
                             }
@@ -366,17 +390,20 @@ fn packing_places_every_filter_element_once() {
             let geom = conv.geometry().unwrap();
             let shape = igemm::shape(&conv, &geom, tile);
             let pack = igemm::pack_params(&conv, &geom, &shape);
-            let mut seen = vec![0u32; geom.w_len];
+            // Values, and for 3xTF32 residuals: each element once in each.
+            let mut seen = vec![[0u32; 2]; geom.w_len];
             for e in 0..pack.total as u32 {
-                if let Some(offset) = pack.source(e) {
-                    seen[offset as usize] += 1;
+                let source = pack.source(e);
+                if let Some(offset) = source.offset {
+                    seen[offset as usize][source.residual as usize] += 1;
                 }
             }
+            let expected = [1, (tile.precision == Precision::Tf32x3) as u32];
             assert!(
-                seen.iter().all(|&n| n == 1),
-                "{spec} on {}: an element packed {:?} times",
+                seen.iter().all(|&n| n == expected),
+                "{spec} on {}: an element packed {:?} times (values, residuals)",
                 tile.name,
-                seen.iter().find(|&&n| n != 1)
+                seen.iter().find(|&&n| n != expected)
             );
         }
     }
@@ -437,11 +464,13 @@ fn fragment_loads_and_staging_stores_are_free_of_bank_conflicts() {
                         }
                     }
                     for j in 0..tile.n_tiles {
-                        let words = (half..half + 16).flat_map(|l| {
-                            let s = tile.b_pair(l, j, ks);
-                            [s, s + 1]
-                        });
-                        assert!(distinct_banks(words.collect()), "{}: B loads conflict", tile.name);
+                        for region in 0..tile.b_regions() {
+                            let words = (half..half + 16).flat_map(|l| {
+                                let s = tile.b_pair(l, j, ks) + region * tile.b_residual();
+                                [s, s + 1]
+                            });
+                            assert!(distinct_banks(words.collect()), "{}: B loads conflict", tile.name);
+                        }
                     }
                 }
             }
@@ -491,11 +520,14 @@ fn spatial_fragment_loads_are_free_of_bank_conflicts_at_stride_one() {
                 }
                 for j in 0..tile.n_tiles {
                     for half in [0u32, 16] {
-                        let words = (half..half + 16).flat_map(|l| {
-                            let slot = sp.b_pair(tile, l, j, r * 3 + s);
-                            [slot, slot + 1]
-                        });
-                        assert!(distinct_banks(words.collect()), "{spec} on {}: B loads conflict", tile.name);
+                        for region in 0..tile.b_regions() {
+                            let words = (half..half + 16).flat_map(|l| {
+                                let slot = sp.b_pair(tile, l, j, r * 3 + s)
+                                    + region * spatial::IgemmSpatialParams::b_residual(tile);
+                                [slot, slot + 1]
+                            });
+                            assert!(distinct_banks(words.collect()), "{spec} on {}: B loads conflict", tile.name);
+                        }
                     }
                 }
             }

@@ -146,14 +146,15 @@ pub struct IgemmShape {
 }
 
 impl IgemmShape {
-    /// Elements of the packed filters: a panel of `BN x BK` per block group, column tile and
-    /// chunk.
+    /// Elements of the packed filters: a panel of `BN x BK` (3xTF32: twice, values and
+    /// residuals) per block group, column tile and chunk.
     pub fn packed_len(&self, taps: u64) -> u64 {
-        let t = &self.tile;
-        self.grid[1] * taps * self.channel_chunks as u64 * (t.bn() * t.bk()) as u64
+        self.grid[1] * taps * self.channel_chunks as u64 * self.tile.panel_floats() as u64
     }
 
-    /// Elements the blocks copy to shared memory: (inputs, weights), zeros included.
+    /// Elements the blocks copy to shared memory: (inputs, weights), zeros included; a
+    /// 3xTF32 weight's residual, copied beside it, is not counted (the cost model was fitted
+    /// when the kernels split each weight instead).
     pub fn copies(&self, taps: u64) -> (f64, f64) {
         let t = &self.tile;
         let blocks = (self.grid[0] * self.grid[1] * self.channel_chunks as u64) as f64;
@@ -362,9 +363,11 @@ pub fn pack_params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape) -> Ig
         packed: 0,
         // `IgemmPlan::new` refuses layers whose packed filters pass 2^32 elements.
         total: shape.packed_len((conv.r * conv.s) as u64) as u32,
-        round_tf32: (t.precision == Precision::Tf32) as u32,
+        bn: t.bn(),
+        split: (t.b_regions() == 2) as u32,
+        _pad: 0,
         conv: params(conv, geom, shape, false, false),
-        panel: magic(t.bn() * t.bk()),
+        panel: magic(t.panel_floats()),
         row: magic(t.bk()),
         chunks: magic((conv.r * conv.s) as u32 * shape.channel_chunks),
         taps: magic((conv.r * conv.s) as u32),

@@ -19,7 +19,9 @@
 //!   an 8-wide mma; the zeros cost tensor-core time, which such narrow layers have to spare.
 //! - **Packed filters**: once per plan, [`PACK_KERNEL`] lays the filters out as the panels the
 //!   blocks copy, each chunk's `BN x BK` weights in shared-memory order, in 16-byte pieces
-//!   (gathered 4 bytes at a time from KCRS they had been the largest cost).
+//!   (gathered 4 bytes at a time from KCRS they had been the largest cost), rounded to TF32;
+//!   for 3xTF32 followed by their TF32 residuals, so that no kernel splits a weight (each warp
+//!   split every weight it read, about 8 instructions each: more than the mma in a k-step).
 //! - **Reduction order**: channel chunks of `BK` outer, filter taps inner ([`Chunk::next`]),
 //!   the order of the packed panels: a flat tile's chunk is one tap of `BK` channels, which lie
 //!   one plane apart for a thread's copies; a spatial tile's chunk is every tap of them.
@@ -252,11 +254,11 @@ impl Precision {
 pub const PACK_KERNEL: &str = "igemm_pack_weights";
 
 /// Parameters of [`PACK_KERNEL`]: the filters (KCRS, or KRSC for NHWC) rearranged into the panels the
-/// convolution copies, one per (block group, column tile, chunk) in that order, each `BN`
-/// rows of `BK` floats (a row's channels in the shared-memory order of [`IgemmTile::b_slot`]),
-/// zeros where the block-diagonal or the padding has them; rounded to TF32 for the TF32
-/// variants, which then feed them to the tensor cores as they are. One thread per packed
-/// element.
+/// convolution copies, one per (block group, column tile, chunk) in that order, each
+/// [`IgemmTile::b_regions`] times `BN` rows of `BK` floats (a row's channels in the
+/// shared-memory order of [`IgemmTile::b_slot`]), zeros where the block-diagonal or the padding
+/// has them: the weights rounded to TF32, and for 3xTF32 then the same rows' TF32 residuals.
+/// The kernels feed them to the tensor cores as they are. One thread per packed element.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct IgemmPackParams {
@@ -264,11 +266,16 @@ pub struct IgemmPackParams {
     pub packed: u64,
     /// Packed elements in all (the host checks that they fit).
     pub total: u32,
-    /// 1: round each weight to TF32 ([`Precision::Tf32`]); 0: keep f32 (3xTF32 splits it).
-    pub round_tf32: u32,
+    /// Output rows of a panel region: the tile's `BN`.
+    pub bn: u32,
+    /// 1: each panel's `BN` rows of TF32 values are followed by `BN` rows of their TF32
+    /// residuals ([`Precision::Tf32x3`]); 0: values only.
+    pub split: u32,
+    /// Keeps the struct free of implicit padding.
+    pub _pad: u32,
     /// The convolution's parameters (the extents and divisors the panels follow).
     pub conv: IgemmFwdParams,
-    /// Divides a packed element by `BN * BK`: (panel, element of the panel).
+    /// Divides a packed element by the panel's floats: (panel, element of the panel).
     pub panel: MagicDiv,
     /// Divides an element of a panel by `BK`: (row, position in the row).
     pub row: MagicDiv,
@@ -278,22 +285,32 @@ pub struct IgemmPackParams {
     pub taps: MagicDiv,
 }
 
+/// What one packed element holds ([`IgemmPackParams::source`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedSource {
+    /// The filter element's offset, or `None` for a zero.
+    pub offset: Option<u32>,
+    /// Whether it holds the element's TF32 residual (3xTF32's second region), else its TF32 value.
+    pub residual: bool,
+}
+
 impl IgemmPackParams {
-    /// The filter element packed element `e` holds: its offset in the filters, or `None` for
-    /// a zero.
+    /// What packed element `e` holds.
     #[inline(always)]
-    pub fn source(&self, e: u32) -> Option<u32> {
+    pub fn source(&self, e: u32) -> PackedSource {
         let (panel, within) = self.panel.div_rem(e);
-        let (n, position) = self.row.div_rem(within);
+        let (row, position) = self.row.div_rem(within);
+        let residual = self.split != 0 && row >= self.bn;
+        let n = if residual { row - self.bn } else { row };
         // Inverse of b_slot's order within each k-step: NCHW position 2(k % 4) + k / 4, NHWC k.
         let j = position % 8;
         let k = if self.conv.channels_last() { position } else { position - j + j / 2 + 4 * (j % 2) };
         let (rest, chunk) = self.chunks.div_rem(panel);
         let (block_group, column_tile) = self.conv.column_tiles.div_rem(rest);
         let (cc, tap) = self.taps.div_rem(chunk);
-        let (bk, bn) = (self.row.divisor, self.panel.divisor / self.row.divisor);
         let block = BlockCoords { block_group, column_tile };
-        self.conv.weight_source(block, tap, column_tile * bn + n, cc * bk + k)
+        let offset = self.conv.weight_source(block, tap, column_tile * self.bn + n, cc * self.row.divisor + k);
+        PackedSource { offset, residual }
     }
 }
 
@@ -379,12 +396,31 @@ impl IgemmTile {
         conflict_free_stride(self.bk())
     }
 
+    /// Weight regions of a packed panel and of a stage's B tile: the TF32 values, and for
+    /// 3xTF32 their TF32 residuals (`BN` rows each).
+    pub const fn b_regions(&self) -> u32 {
+        match self.precision {
+            Precision::Tf32 => 1,
+            Precision::Tf32x3 => 2,
+        }
+    }
+
+    /// Floats of one chunk's packed panel.
+    pub const fn panel_floats(&self) -> u32 {
+        self.b_regions() * self.bn() * self.bk()
+    }
+
+    /// How far a 3xTF32 weight's residual lies from the weight's slot in a flat tile's stage.
+    pub const fn b_residual(&self) -> u32 {
+        self.bn() * self.b_stride()
+    }
+
     pub const fn a_floats(&self) -> u32 {
         (if self.channels_last { self.bm() } else { self.bk() }) * self.a_stride()
     }
 
     pub const fn stage_floats(&self) -> u32 {
-        self.a_floats() + self.bn() * self.b_stride()
+        self.a_floats() + self.b_regions() * self.b_residual()
     }
 
     /// Floats per row of the epilogue's staging tile. NCHW: one output channel, `BM` pixels,
@@ -436,7 +472,8 @@ impl IgemmTile {
         }
     }
 
-    /// Slot of B-tile element (output `n` of the block's column tile, channel `k` of the chunk).
+    /// Slot of B-tile element (output `n` of the block's column tile, channel `k` of the chunk;
+    /// `n` from `BN` on: the residual of output `n - BN`).
     #[inline(always)]
     pub const fn b_slot(&self, n: u32, k: u32) -> u32 {
         let k_slot = if self.channels_last { k } else { (k & !7) + 2 * (k & 3) + ((k >> 2) & 1) };
@@ -553,12 +590,12 @@ impl IgemmTile {
                 offset += step;
             }
         }
-        // Weights: the chunk's packed panel ([`IgemmPackParams`]), BN rows of BK floats
-        // already in shared-memory order, in 16-byte pieces.
+        // Weights: the chunk's packed panel ([`IgemmPackParams`]), rows of BK floats already
+        // in shared-memory order (3xTF32's residual rows after the values), in 16-byte pieces.
         let panel = self.panel_offset(p, sources[0].block, chunk.index);
         let row_pieces = self.bk() / 4;
         let mut e = thread;
-        while e < self.bn() * row_pieces {
+        while e < self.b_regions() * self.bn() * row_pieces {
             let (n, piece) = (e / row_pieces, e % row_pieces);
             copy_w4(self.b_slot(n, 0) + 4 * piece, panel + (n * self.bk() + 4 * piece) as u64);
             e += BLOCK_THREADS;
@@ -569,7 +606,7 @@ impl IgemmTile {
     #[inline(always)]
     pub fn panel_offset(&self, p: &IgemmFwdParams, block: BlockCoords, index: u32) -> u64 {
         let panel = (block.block_group * p.column_tiles.divisor + block.column_tile) as u64 * p.chunks() as u64;
-        (panel + index as u64) * (self.bn() * self.bk()) as u64
+        (panel + index as u64) * self.panel_floats() as u64
     }
 
     /// The sources of the pixels `thread` copies in pixel tile `tile` (the first
@@ -682,11 +719,13 @@ pub unsafe extern "ptx-kernel" fn igemm_pack_weights(p: IgemmPackParams) {
     let (w, packed) = (to_global(p.w), to_global(p.packed));
     let (mut e, step) = grid_stride();
     while e < p.total as u64 {
-        let v = match p.source(e as u32) {
+        let source = p.source(e as u32);
+        let v = match source.offset {
             Some(offset) => ldg_nc_f32(w + 4 * offset as u64),
             None => 0.0,
         };
-        stg_f32(packed + 4 * e, if p.round_tf32 != 0 { f32::from_bits(cvt_tf32(v)) } else { v });
+        let value = f32::from_bits(cvt_tf32(v));
+        stg_f32(packed + 4 * e, if source.residual { f32::from_bits(cvt_tf32(v - value)) } else { value });
         e += step;
     }
 }
@@ -697,14 +736,10 @@ pub(crate) mod device {
     use crate::conv::epilogue::PLAIN;
     use crate::prelude::*;
 
-    /// Fragment values as the tensor cores read them: TF32 (`SPLIT` false; `v` as it is where
-    /// `ROUNDED`, already TF32) or the TF32 value and the TF32 residual (`SPLIT` true; the
-    /// residual of a TF32 value is exact in f32).
+    /// An input as the tensor cores read it: TF32 (`SPLIT` false) or the TF32 value and the
+    /// TF32 residual (`SPLIT` true; `v` minus its TF32 value is exact in f32).
     #[inline(always)]
-    pub(super) fn split<const SPLIT: bool, const ROUNDED: bool>(v: f32) -> (u32, u32) {
-        if !SPLIT && ROUNDED {
-            return (v.to_bits(), 0);
-        }
+    pub(super) fn split<const SPLIT: bool>(v: f32) -> (u32, u32) {
         let big = cvt_tf32(v);
         if SPLIT { (big, cvt_tf32(v - f32::from_bits(big))) } else { (big, 0) }
     }
@@ -885,18 +920,20 @@ pub(crate) mod device {
                     let [at0, at1] = t.a_pairs(lane, warp, i as u32, ks);
                     let loaded = [ld_shared_f32x2(stage + 4 * at0), ld_shared_f32x2(stage + 4 * at1)];
                     let [a0, a1, a2, a3] = t.a_fragment(loaded);
-                    (a[i][0], a_small[i][0]) = split::<SPLIT, false>(a0);
-                    (a[i][1], a_small[i][1]) = split::<SPLIT, false>(a1);
-                    (a[i][2], a_small[i][2]) = split::<SPLIT, false>(a2);
-                    (a[i][3], a_small[i][3]) = split::<SPLIT, false>(a3);
+                    (a[i][0], a_small[i][0]) = split::<SPLIT>(a0);
+                    (a[i][1], a_small[i][1]) = split::<SPLIT>(a1);
+                    (a[i][2], a_small[i][2]) = split::<SPLIT>(a2);
+                    (a[i][3], a_small[i][3]) = split::<SPLIT>(a3);
                 }
+                // The weights come split from the packing.
                 let mut b = [[0u32; 2]; NT];
                 let mut b_small = [[0u32; 2]; NT];
                 for j in 0..NT {
-                    // TF32 weights come rounded from the packing.
-                    let [b0, b1] = ld_shared_f32x2(stage + 4 * t.b_pair(lane, j as u32, ks));
-                    (b[j][0], b_small[j][0]) = split::<SPLIT, true>(b0);
-                    (b[j][1], b_small[j][1]) = split::<SPLIT, true>(b1);
+                    let at = stage + 4 * t.b_pair(lane, j as u32, ks);
+                    b[j] = ld_shared_f32x2(at).map(f32::to_bits);
+                    if SPLIT {
+                        b_small[j] = ld_shared_f32x2(at + 4 * t.b_residual()).map(f32::to_bits);
+                    }
                 }
                 for i in 0..MT {
                     for j in 0..NT {

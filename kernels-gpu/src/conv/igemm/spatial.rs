@@ -17,8 +17,9 @@
 //!   in place and, for 3xTF32, stores its TF32 residual in a second region (before the barrier
 //!   that shows them to the other threads): the taps then load fragments ready for the mma.
 //! - **Stage**: `[8][halo_stride]` inputs (and as many residuals for 3xTF32), `halo_stride ≥
-//!   halo_plane` and `≡ 8 mod 32`, then the taps' panels (`[tap][BN][8]`, channels interleaved
-//!   as [`IgemmTile::b_slot`] has them). The A loads are 4-byte: lane (g, t) reads channel t
+//!   halo_plane` and `≡ 8 mod 32`, then the taps' panels (`[tap][region][BN][8]`: the TF32
+//!   weights, for 3xTF32 then their residuals, as packed; channels interleaved as
+//!   [`IgemmTile::b_slot`] has them). The A loads are 4-byte: lane (g, t) reads channel t
 //!   (and t + 4) at its pixel's halo position, pixels g = 0..7 of a fragment lying in one row of
 //!   the tile (`cols` is 8 or 16): 8 adjacent words per channel, channels 8 banks apart,
 //!   conflict-free at stride 1 (2-way at stride 2).
@@ -55,7 +56,7 @@ pub struct IgemmSpatialParams {
     pub halo_plane: u32,
     /// Floats per channel of the halo in a stage.
     pub halo_stride: u32,
-    /// Floats per stage: [`a_regions`] `* BK * halo_stride + taps * BN * BK`.
+    /// Floats per stage: [`a_regions`] `* BK * halo_stride + taps * panel floats`.
     pub stage_floats: u32,
     /// Work items: pixel tiles times packed z-indices (block groups times column tiles).
     pub work_items: u32,
@@ -121,7 +122,7 @@ pub const fn a_regions(tile: &IgemmTile) -> u32 {
 
 /// Floats of one stage of `tile` (see [`IgemmSpatialParams::stage_floats`]).
 pub const fn stage_floats(tile: &IgemmTile, halo_stride: u32, taps: u32) -> u32 {
-    a_regions(tile) * BK * halo_stride + taps * tile.bn() * BK
+    a_regions(tile) * BK * halo_stride + taps * tile.panel_floats()
 }
 
 /// Dynamic shared memory of a spatial tile whose stages hold `stage_floats` floats.
@@ -227,7 +228,7 @@ impl IgemmSpatialParams {
         let panel = t.panel_offset(c, src.block, cc * c.taps);
         let a_floats = self.a_floats(t);
         let mut e = thread;
-        while e < c.taps * t.bn() * BK / 4 {
+        while e < c.taps * t.panel_floats() / 4 {
             copy_w4(a_floats + 4 * e, panel + 4 * e as u64);
             e += BLOCK_THREADS;
         }
@@ -284,11 +285,18 @@ impl IgemmSpatialParams {
         self.a_channel(lane, e) + self.pixel_offset(t, Self::a_pixel(t, lane, warp, i, e)) + tap_offset
     }
 
-    /// Slot of the pair (B(k t, n g), B(k t+4, n g)) of n-tile `j` at filter tap `tap`.
+    /// Slot of the pair (B(k t, n g), B(k t+4, n g)) of n-tile `j` at filter tap `tap` (its
+    /// 3xTF32 residuals: [`Self::b_residual`] on).
     #[inline(always)]
     pub const fn b_pair(&self, t: &IgemmTile, lane: u32, j: u32, tap: u32) -> u32 {
         let (g, tt) = (lane / 4, lane % 4);
-        self.a_floats(t) + (tap * t.bn() + 8 * j + g) * BK + 2 * tt
+        self.a_floats(t) + tap * t.panel_floats() + (8 * j + g) * BK + 2 * tt
+    }
+
+    /// How far a 3xTF32 weight's residual lies from the weight's slot.
+    #[inline(always)]
+    pub const fn b_residual(t: &IgemmTile) -> u32 {
+        t.bn() * BK
     }
 
     /// Floats of a stage's input regions ([`a_regions`]); the weights follow them.
@@ -392,7 +400,7 @@ pub(crate) mod device {
             // Each input rounded to TF32 (and for 3xTF32 its residual stored beside) once here
             // rather than at every filter tap.
             p.own_slots(thread, |slot| {
-                let (big, small) = split::<SPLIT, false>(ld_shared_f32(at_stage + 4 * slot));
+                let (big, small) = split::<SPLIT>(ld_shared_f32(at_stage + 4 * slot));
                 st_shared_f32(at_stage + 4 * slot, f32::from_bits(big));
                 if SPLIT {
                     st_shared_f32(at_stage + 4 * (slot + residual), f32::from_bits(small));
@@ -433,13 +441,15 @@ pub(crate) mod device {
                             }
                         }
                     }
+                    // The weights come split from the packing.
                     let mut b = [[0u32; 2]; NT];
                     let mut b_small = [[0u32; 2]; NT];
                     for j in 0..NT {
-                        // TF32 weights come rounded from the packing.
-                        let [b0, b1] = ld_shared_f32x2(at_stage + 4 * p.b_pair(&t, lane, j as u32, tap));
-                        (b[j][0], b_small[j][0]) = split::<SPLIT, true>(b0);
-                        (b[j][1], b_small[j][1]) = split::<SPLIT, true>(b1);
+                        let at = at_stage + 4 * p.b_pair(&t, lane, j as u32, tap);
+                        b[j] = ld_shared_f32x2(at).map(f32::to_bits);
+                        if SPLIT {
+                            b_small[j] = ld_shared_f32x2(at + 4 * IgemmSpatialParams::b_residual(&t)).map(f32::to_bits);
+                        }
                     }
                     for i in 0..MT {
                         for j in 0..NT {
