@@ -289,16 +289,14 @@ fn tensor_core_variants_write_all_of_their_output_and_nothing_else() {
         "n=2,c=70,h=12,w=17,k=150,r=3,s=2,pad=2x1,dilation=2,groups=1,layout=nhwc",
         "n=2,c=60,h=7,w=7,k=240,r=1,s=1,groups=3,layout=nhwc",
     ];
+    let mut ran = std::collections::HashSet::new();
     for (seed, spec) in shapes.into_iter().enumerate() {
         let conv: Conv2d = spec.parse().unwrap();
         let geom = conv.geometry().unwrap();
         let (x_host, w_host, x, w) = inputs(&gpu, &conv, 40 + seed as u64);
         let want = reference::cpu_reference(&conv, &x_host, &w_host).unwrap();
-        // Every variant of the layer's layout takes these shapes (no spatial tile left out
-        // unnoticed).
-        let of_layout = igemm::variants().iter().filter(|t| t.channels_last == (conv.layout == TensorLayout::Nhwc));
-        assert_eq!(igemm::supporting_variants(&conv, &geom).count(), of_layout.count(), "{spec}");
         for tile in igemm::supporting_variants(&conv, &geom) {
+            ran.insert(tile.name);
             let bound = igemm::tolerance(&conv, &geom, tile);
             let what = format!("{} on {spec}", tile.name);
             for (offset, got) in guarded_outputs(&gpu, geom.y_len, &what, |y| {
@@ -309,6 +307,10 @@ fn tensor_core_variants_write_all_of_their_output_and_nothing_else() {
             }
         }
     }
+    // No variant left out unnoticed (the widest 3xTF32 spatial tiles refuse the stride-2
+    // shape: its halo and weights pass their shared-memory limit).
+    let missed: Vec<_> = igemm::variants().iter().filter(|t| !ran.contains(t.name)).map(|t| t.name).collect();
+    assert!(missed.is_empty(), "variants no shape ran: {missed:?}");
 }
 
 #[test]
