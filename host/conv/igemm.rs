@@ -228,11 +228,13 @@ pub fn shape(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> IgemmShape
 }
 
 /// How much a copied weight counts against an input a flat tile copies in [`ranked`]'s cost.
-/// Fitted on the H200 with every variant of both tilings timed on the `grouped` suite (90
-/// layer-precision pairs): the model's first within 5% of the fastest on 81 pairs, within 10%
-/// on 85 (weights from 1 to 4 and spatial input weights from 1 to 6 tried; the flat tiles'
-/// earlier 4 picked worse once spatial tiles were in). See benches/NOTES.md.
-const WEIGHT_COPY_COST: f64 = 2.0;
+/// Refitted at a475acc on the H200 with every variant timed on the `grouped` and
+/// `grouped-nhwc` suites (90 layer-precision pairs each): the model's first within 5% of the
+/// fastest on 79 and 80 pairs (2.0 before: 76 and 78; worst 1.23x of the fastest, 1.78x
+/// before), and better on the two earlier every-variant runs too (weights from 1 to 2.5,
+/// spatial input weights 3 to 5 and full grids of 1 to 3 blocks per SM tried). See
+/// benches/NOTES.md.
+const WEIGHT_COPY_COST: f64 = 1.5;
 /// How much an input a spatial tile copies counts: beside the copy, it is rounded to TF32 in
 /// shared memory, and its halo is read at every tap (2-way bank conflicts at stride 2). Fitted
 /// with [`WEIGHT_COPY_COST`].
