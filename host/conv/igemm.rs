@@ -376,6 +376,21 @@ pub fn pack_params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape) -> Ig
     }
 }
 
+/// The least dynamic shared memory from `smem` on (in 1 KB steps) with which at most `cap`
+/// blocks of `kernel` share an SM, by the driver's occupancy calculator; `smem` where the
+/// kernel's registers or shared memory already allow no more, or where no padding the device
+/// allows gets there.
+fn capped_smem(gpu: &Gpu, kernel: &'static str, smem: u32, cap: u32) -> Result<u32> {
+    let mut padded = smem;
+    loop {
+        match gpu.resident_blocks(kernel, BLOCK_THREADS, padded)? {
+            0 => return Ok(smem),
+            n if n <= cap => return Ok(padded),
+            _ => padded += 1024,
+        }
+    }
+}
+
 /// A layer's filters packed for one variant: built once per set of filters, run many times.
 /// The packed filters hold `shape.packed_len` elements (the filters' own count where a
 /// block holds one group and the tiles fit; `groups_per_block` times that at most).
@@ -388,6 +403,9 @@ pub struct IgemmPlan {
     /// the GPU holds at once, at most one per work item (asked of the driver once, here, not at
     /// every launch).
     persistent_blocks: [u32; 3],
+    /// A flat tile's dynamic shared memory per entry point: its stages, padded where the
+    /// variant caps its blocks per SM ([`IgemmTile::blocks_per_sm_cap`]).
+    flat_smem_bytes: [u32; 3],
 }
 
 impl IgemmPlan {
@@ -427,8 +445,14 @@ impl IgemmPlan {
                 *blocks = (gpu.sm_count() * resident).min((shape.grid[0] * shape.grid[1]) as u32);
             }
         }
+        let mut flat_smem_bytes = [shape.smem_bytes(); 3];
+        if let (PixelTile::Flat, Some(cap)) = (tile.pixels, tile.blocks_per_sm_cap()) {
+            for (smem, kernel) in flat_smem_bytes.iter_mut().zip(tile.entries.all()) {
+                *smem = capped_smem(gpu, kernel, *smem, cap)?;
+            }
+        }
         let packed = gpu.alloc::<f32>(len as usize)?;
-        let mut plan = IgemmPlan { conv: conv.clone(), geom, shape, packed, persistent_blocks };
+        let mut plan = IgemmPlan { conv: conv.clone(), geom, shape, packed, persistent_blocks, flat_smem_bytes };
         plan.set_weights(gpu, stream, w)?;
         Ok(plan)
     }
@@ -510,7 +534,7 @@ impl IgemmPlan {
                         grid_x: self.shape.grid[0] as u32,
                         total_z: self.shape.grid[1],
                         block_threads: BLOCK_THREADS,
-                        smem_bytes: tile.smem_bytes(),
+                        smem_bytes: self.flat_smem_bytes[ModeEntries::slot(ep.mode())],
                     };
                     unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }
                 }

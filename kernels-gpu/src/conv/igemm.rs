@@ -370,6 +370,19 @@ impl IgemmTile {
         IgemmTile { name: "", entries, precision, pixels, m_tiles, n_tiles, k_steps, channels_last }
     }
 
+    /// The most blocks of this variant an SM should run at once, where fewer than fit: the
+    /// launcher pads the dynamic shared memory to enforce it. Measured on the H200: TF32 NCHW
+    /// `m128_n32_k16` (70 registers, 35 KB: 6 blocks per SM) runs 10-15% faster at stride 2
+    /// with 4 blocks and no slower at stride 1; 5 was no faster than 6, and the other flat
+    /// tiles, 3xTF32 included, only slowed with fewer (benches/NOTES.md, "Tensor-core grouped
+    /// kernel", v2.3).
+    pub const fn blocks_per_sm_cap(&self) -> Option<u32> {
+        match (self.precision, self.pixels, self.channels_last, self.m_tiles, self.n_tiles, self.k_steps) {
+            (Precision::Tf32, PixelTile::Flat, false, 2, 4, 2) => Some(4),
+            _ => None,
+        }
+    }
+
     /// Pixels per block.
     pub const fn bm(&self) -> u32 {
         16 * WARPS * self.m_tiles
