@@ -589,6 +589,16 @@ fn the_cost_model_picks_near_the_fastest_variant_in_the_stored_runs() {
     }
 }
 
+/// The launcher enforces a variant's cap on blocks per SM for flat tiles only (a spatial tile's
+/// persistent grid is sized from what fits), so no spatial tile may name one.
+#[test]
+fn only_flat_tiles_cap_their_blocks_per_sm() {
+    for tile in IGEMM_FWD_VARIANTS {
+        assert!(tile.blocks_per_sm_cap().is_none() || tile.pixels == PixelTile::Flat, "{}", tile.name);
+    }
+    assert!(IGEMM_FWD_VARIANTS.iter().any(|t| t.blocks_per_sm_cap().is_some()), "the measured cap is in the table");
+}
+
 #[test]
 fn each_precision_has_its_documented_bound() {
     let conv: Conv2d = "n=1,c=64,h=8,w=8,k=64,r=3,s=3,pad=1,groups=4".parse().unwrap();
