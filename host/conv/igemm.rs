@@ -366,7 +366,7 @@ pub fn pack_params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape) -> Ig
         // `IgemmPlan::new` refuses layers whose packed filters pass 2^32 elements.
         total: shape.packed_len((conv.r * conv.s) as u64) as u32,
         bn: t.bn(),
-        split: (t.b_regions() == 2) as u32,
+        split: (t.regions() == 2) as u32,
         _pad: 0,
         conv: params(conv, geom, shape, false, false),
         panel: magic(t.panel_floats()),
@@ -399,13 +399,12 @@ pub struct IgemmPlan {
     geom: ConvGeometry,
     shape: IgemmShape,
     packed: CudaSlice<f32>,
-    /// A spatial tile's persistent grids, of its plain and its fused kernel: as many blocks as
-    /// the GPU holds at once, at most one per work item (asked of the driver once, here, not at
-    /// every launch).
+    /// Dynamic shared memory per entry point (by `ModeEntries::slot`): the shape's, padded
+    /// where the variant caps its blocks per SM ([`IgemmTile::blocks_per_sm_cap`]).
+    smem_bytes: [u32; 3],
+    /// A spatial tile's persistent grids, per entry point: as many blocks as the GPU holds at
+    /// once, at most one per work item (asked of the driver once, here, not at every launch).
     persistent_blocks: [u32; 3],
-    /// A flat tile's dynamic shared memory per entry point: its stages, padded where the
-    /// variant caps its blocks per SM ([`IgemmTile::blocks_per_sm_cap`]).
-    flat_smem_bytes: [u32; 3],
 }
 
 impl IgemmPlan {
@@ -436,23 +435,20 @@ impl IgemmPlan {
                 reason: "packed filters of more than 2^32 elements",
             });
         }
-        // Each entry point's persistent grid (their registers differ), by `ModeEntries::slot`.
-        let mut persistent_blocks = [0; 3];
-        if let PixelTile::Spatial { .. } = tile.pixels {
-            for (blocks, kernel) in persistent_blocks.iter_mut().zip(tile.entries.all()) {
-                let resident = gpu.resident_blocks(kernel, BLOCK_THREADS, shape.smem_bytes())?.max(1);
+        // Per entry point (their registers differ).
+        let (mut smem_bytes, mut persistent_blocks) = ([shape.smem_bytes(); 3], [0; 3]);
+        for ((smem, blocks), kernel) in smem_bytes.iter_mut().zip(&mut persistent_blocks).zip(tile.entries.all()) {
+            if let Some(cap) = tile.blocks_per_sm_cap() {
+                *smem = capped_smem(gpu, kernel, *smem, cap)?;
+            }
+            if let PixelTile::Spatial { .. } = tile.pixels {
+                let resident = gpu.resident_blocks(kernel, BLOCK_THREADS, *smem)?.max(1);
                 // Below 2^32 work items: `unsupported` checked.
                 *blocks = (gpu.sm_count() * resident).min((shape.grid[0] * shape.grid[1]) as u32);
             }
         }
-        let mut flat_smem_bytes = [shape.smem_bytes(); 3];
-        if let (PixelTile::Flat, Some(cap)) = (tile.pixels, tile.blocks_per_sm_cap()) {
-            for (smem, kernel) in flat_smem_bytes.iter_mut().zip(tile.entries.all()) {
-                *smem = capped_smem(gpu, kernel, *smem, cap)?;
-            }
-        }
         let packed = gpu.alloc::<f32>(len as usize)?;
-        let mut plan = IgemmPlan { conv: conv.clone(), geom, shape, packed, persistent_blocks, flat_smem_bytes };
+        let mut plan = IgemmPlan { conv: conv.clone(), geom, shape, packed, smem_bytes, persistent_blocks };
         plan.set_weights(gpu, stream, w)?;
         Ok(plan)
     }
@@ -519,7 +515,7 @@ impl IgemmPlan {
             let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
             // 16-byte stores read the residual in 16-byte pieces at the same offsets.
             let y_aligned = y_ptr.is_multiple_of(16) && (ep.residual == 0 || ep.residual.is_multiple_of(16));
-            let kernel = tile.entries.of_mode(ep.mode());
+            let (kernel, slot) = (tile.entries.of_mode(ep.mode()), ModeEntries::slot(ep.mode()));
             // Safety (both): x and y hold exactly the shape's extents (checked above), which
             // `Conv2d::geometry` and `tile_unsupported` bound to the kernel's index arithmetic,
             // and the packed filters were built for this shape.
@@ -534,7 +530,7 @@ impl IgemmPlan {
                         grid_x: self.shape.grid[0] as u32,
                         total_z: self.shape.grid[1],
                         block_threads: BLOCK_THREADS,
-                        smem_bytes: self.flat_smem_bytes[ModeEntries::slot(ep.mode())],
+                        smem_bytes: self.smem_bytes[slot],
                     };
                     unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }
                 }
@@ -543,9 +539,9 @@ impl IgemmPlan {
                     (p.conv.x, p.conv.w, p.conv.y, p.conv.epilogue) = (x_ptr, w_ptr, y_ptr, ep);
                     // Persistent blocks, each walking the work items a grid apart.
                     let cfg = LaunchConfig {
-                        grid_dim: (self.persistent_blocks[ModeEntries::slot(ep.mode())], 1, 1),
+                        grid_dim: (self.persistent_blocks[slot], 1, 1),
                         block_dim: (BLOCK_THREADS, 1, 1),
-                        shared_mem_bytes: self.shape.smem_bytes(),
+                        shared_mem_bytes: self.smem_bytes[slot],
                     };
                     unsafe { gpu.launch(stream, kernel, cfg, p) }
                 }

@@ -255,7 +255,7 @@ pub const PACK_KERNEL: &str = "igemm_pack_weights";
 
 /// Parameters of [`PACK_KERNEL`]: the filters (KCRS, or KRSC for NHWC) rearranged into the panels the
 /// convolution copies, one per (block group, column tile, chunk) in that order, each
-/// [`IgemmTile::b_regions`] times `BN` rows of `BK` floats (a row's channels in the
+/// [`IgemmTile::regions`] times `BN` rows of `BK` floats (a row's channels in the
 /// shared-memory order of [`IgemmTile::b_slot`]), zeros where the block-diagonal or the padding
 /// has them: the weights rounded to TF32, and for 3xTF32 then the same rows' TF32 residuals.
 /// The kernels feed them to the tensor cores as they are. One thread per packed element.
@@ -371,7 +371,8 @@ impl IgemmTile {
     }
 
     /// The most blocks of this variant an SM should run at once, where fewer than fit: the
-    /// launcher pads the dynamic shared memory to enforce it. Measured on the H200: TF32 NCHW
+    /// plan pads the dynamic shared memory to enforce it (a spatial tile's persistent grid
+    /// would follow). Measured on the H200: TF32 NCHW
     /// `m128_n32_k16` (70 registers, 35 KB: 6 blocks per SM) runs 10-15% faster at stride 2
     /// with 4 blocks and no slower at stride 1; 5 was no faster than 6, and the other flat
     /// tiles, 3xTF32 included, only slowed with fewer (benches/NOTES.md, "Tensor-core grouped
@@ -409,9 +410,9 @@ impl IgemmTile {
         conflict_free_stride(self.bk())
     }
 
-    /// Weight regions of a packed panel and of a stage's B tile: the TF32 values, and for
-    /// 3xTF32 their TF32 residuals (`BN` rows each).
-    pub const fn b_regions(&self) -> u32 {
+    /// Regions an operand takes in a packed panel or a stage (weights; a spatial tile's inputs
+    /// too): the TF32 values, and for 3xTF32 their TF32 residuals.
+    pub const fn regions(&self) -> u32 {
         match self.precision {
             Precision::Tf32 => 1,
             Precision::Tf32x3 => 2,
@@ -420,7 +421,7 @@ impl IgemmTile {
 
     /// Floats of one chunk's packed panel.
     pub const fn panel_floats(&self) -> u32 {
-        self.b_regions() * self.bn() * self.bk()
+        self.regions() * self.bn() * self.bk()
     }
 
     /// How far a 3xTF32 weight's residual lies from the weight's slot in a flat tile's stage.
@@ -433,7 +434,7 @@ impl IgemmTile {
     }
 
     pub const fn stage_floats(&self) -> u32 {
-        self.a_floats() + self.b_regions() * self.b_residual()
+        self.a_floats() + self.regions() * self.b_residual()
     }
 
     /// Floats per row of the epilogue's staging tile. NCHW: one output channel, `BM` pixels,
@@ -608,7 +609,7 @@ impl IgemmTile {
         let panel = self.panel_offset(p, sources[0].block, chunk.index);
         let row_pieces = self.bk() / 4;
         let mut e = thread;
-        while e < self.b_regions() * self.bn() * row_pieces {
+        while e < self.regions() * self.bn() * row_pieces {
             let (n, piece) = (e / row_pieces, e % row_pieces);
             copy_w4(self.b_slot(n, 0) + 4 * piece, panel + (n * self.bk() + 4 * piece) as u64);
             e += BLOCK_THREADS;

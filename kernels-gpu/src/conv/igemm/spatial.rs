@@ -28,7 +28,7 @@
 //! - **Epilogue** straight from the accumulators: a store instruction writes 8 adjacent pixels
 //!   of 4 output channels, four whole 32-byte sectors where rows are 8-aligned.
 
-use super::{BLOCK_THREADS, BlockCoords, IgemmFwdParams, IgemmTile, PixelTile, Precision};
+use super::{BLOCK_THREADS, BlockCoords, IgemmFwdParams, IgemmTile, PixelTile};
 use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
 
@@ -56,7 +56,7 @@ pub struct IgemmSpatialParams {
     pub halo_plane: u32,
     /// Floats per channel of the halo in a stage.
     pub halo_stride: u32,
-    /// Floats per stage: [`a_regions`] `* BK * halo_stride + taps * panel floats`.
+    /// Floats per stage: [`IgemmTile::regions`] `* BK * halo_stride + taps *` [`IgemmTile::panel_floats`].
     pub stage_floats: u32,
     /// Work items: pixel tiles times packed z-indices (block groups times column tiles).
     pub work_items: u32,
@@ -111,18 +111,9 @@ pub const fn halo_stride(halo_plane: u32) -> u32 {
     (halo_plane + 24).next_multiple_of(32) - 24
 }
 
-/// Input regions of a stage: the inputs as copied (rounded to TF32 in place), and for 3xTF32
-/// their TF32 residuals.
-pub const fn a_regions(tile: &IgemmTile) -> u32 {
-    match tile.precision {
-        Precision::Tf32 => 1,
-        Precision::Tf32x3 => 2,
-    }
-}
-
 /// Floats of one stage of `tile` (see [`IgemmSpatialParams::stage_floats`]).
 pub const fn stage_floats(tile: &IgemmTile, halo_stride: u32, taps: u32) -> u32 {
-    a_regions(tile) * BK * halo_stride + taps * tile.panel_floats()
+    tile.regions() * BK * halo_stride + taps * tile.panel_floats()
 }
 
 /// Dynamic shared memory of a spatial tile whose stages hold `stage_floats` floats.
@@ -299,10 +290,10 @@ impl IgemmSpatialParams {
         t.bn() * BK
     }
 
-    /// Floats of a stage's input regions ([`a_regions`]); the weights follow them.
+    /// Floats of a stage's input regions ([`IgemmTile::regions`]); the weights follow them.
     #[inline(always)]
     pub const fn a_floats(&self, t: &IgemmTile) -> u32 {
-        a_regions(t) * BK * self.halo_stride
+        t.regions() * BK * self.halo_stride
     }
 
     /// How far a 3xTF32 input's residual lies from the input's slot.
