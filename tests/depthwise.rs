@@ -20,7 +20,8 @@ use kernels_gpu::{
         DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseOut, DepthwiseProgram, DepthwiseTile, TileBlock,
         channels_program,
         nhwc::{DepthwiseNhwcParams, NhwcLane},
-        program,
+        planes::{PLANES_QUANTUM, PlaneBlock},
+        planes_program, program,
         rows::RowLane,
         rows_program,
     },
@@ -124,12 +125,65 @@ impl TileBlock for CpuBlock<'_> {
 
     fn load2(&mut self, slot: u32) -> [f32; 2] {
         assert!(slot.is_multiple_of(2), "8-byte shared load at slot {slot}");
-        [self.load(slot), self.load(slot + 1)]
+        [self.smem.load(slot), self.smem.load(slot + 1)]
     }
 
     fn load4(&mut self, slot: u32) -> [f32; 4] {
         assert!(slot.is_multiple_of(4), "16-byte shared load at slot {slot}");
-        [self.load(slot), self.load(slot + 1), self.load(slot + 2), self.load(slot + 3)]
+        [0, 1, 2, 3].map(|i| self.smem.load(slot + i))
+    }
+}
+
+impl PlaneBlock for CpuBlock<'_> {
+    fn each_thread(&mut self, threads: u32, mut f: impl FnMut(&mut Self, u32)) {
+        for thread in 0..threads {
+            self.smem.item = thread;
+            f(self, thread);
+        }
+    }
+
+    fn barrier(&mut self) {
+        self.smem.barrier();
+    }
+
+    fn copy_x4(&mut self, slot: u32, offset: u64, floats: u32) {
+        assert!(slot.is_multiple_of(4) && offset.is_multiple_of(4), "16-byte copy of element {offset} to slot {slot}");
+        assert!(floats <= 4 && (floats > 0 || offset == 0), "a copy of {floats} floats from element {offset}");
+        for i in 0..4 {
+            let v = if i < floats { self.mem.x[(offset + i as u64) as usize] } else { 0.0 };
+            self.smem.store(slot + i, v);
+        }
+    }
+
+    fn wait_copies(&mut self) {}
+
+    fn tap(&mut self, offset: u64) -> f32 {
+        self.mem.w[offset as usize]
+    }
+
+    fn load(&mut self, slot: u32) -> f32 {
+        self.smem.load(slot)
+    }
+
+    fn load4(&mut self, slot: u32) -> [f32; 4] {
+        assert!(slot.is_multiple_of(4), "16-byte shared load at slot {slot}");
+        [0, 1, 2, 3].map(|i| self.smem.load(slot + i))
+    }
+
+    fn stage(&mut self, store: bool, slot: u32, v: f32) {
+        if store {
+            self.smem.store(slot, v);
+        }
+    }
+
+    fn write_y(&mut self, store: bool, offset: u64, v: f32) {
+        if store {
+            self.mem.write(offset, v);
+        }
+    }
+
+    fn residual(&mut self, load: bool, offset: u64) -> f32 {
+        if load { self.mem.residual[offset as usize] } else { 0.0 }
     }
 }
 
@@ -210,6 +264,24 @@ impl CpuTensors {
     }
 }
 
+/// Runs the planes variant `tile` over the launcher's whole grid for a GPU of `sm_count` SMs on
+/// the CPU with `epilogue` and checks it against the f64 reference followed by the epilogue.
+fn run_planes_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, sm_count: u32, epilogue: &Epilogue) {
+    let geom = conv.geometry().unwrap();
+    let mut t = CpuTensors::new(conv);
+    let (mut p, cfg) = depthwise::planes_params(conv, &geom, tile, sm_count).expect("a layer the variant computes");
+    assert!(p.block_planes.is_multiple_of(PLANES_QUANTUM) && cfg.block_dim.0 == p.threads && p.threads <= 256);
+    p.epilogue = epilogue.params(conv, &geom);
+    (p.epilogue.bias, p.epilogue.residual) = (epilogue.bias as u64, epilogue.residual as u64);
+    let run = planes_program::<CpuBlock>(tile.name).expect("every planes variant has a program");
+    let mut b = CpuBlock { smem: SharedMemory::new(0), mem: t.lane(epilogue) };
+    for block in 0..cfg.grid_dim.0 {
+        b.smem = SharedMemory::new((cfg.shared_mem_bytes / 4) as usize);
+        run(&mut b, &p, block);
+    }
+    t.check(conv, epilogue, &format!("{conv} on {} ({} planes per block)", tile.name, p.block_planes));
+}
+
 /// Runs `tile` over the launcher's whole grid on the CPU with `epilogue` and checks it against
 /// the f64 reference followed by the epilogue.
 fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: bool, epilogue: &Epilogue) -> f64 {
@@ -232,6 +304,7 @@ fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: b
             }
         }
         DepthwiseProgram::Channels => unreachable!("channels-last variants run in run_channels_last_on_cpu"),
+        DepthwiseProgram::Planes => unreachable!("planes variants run in run_planes_on_cpu"),
         DepthwiseProgram::Tiles => {
             let run = program::<CpuBlock>(tile.name).expect("every variant has a program");
             let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
@@ -343,6 +416,79 @@ fn every_rows_variant_computes_the_convolution_on_the_cpu() {
 }
 
 #[test]
+fn every_planes_variant_computes_the_convolution_on_the_cpu() {
+    let mut rng = SmallRng::seed_from_u64(14);
+    for (i, tile) in DEPTHWISE_FWD_VARIANTS.iter().filter(|t| t.program == DepthwiseProgram::Planes).enumerate() {
+        // Maps as small as the filter up to several row blocks and strips, ragged ones, odd
+        // plane lengths (16-byte pieces that straddle planes, a partial last copy and store),
+        // plane counts that leave the last block partly empty, padding from 0 to K - 1 on each
+        // side; a large GPU (fewer planes per block) and a one-SM one; every epilogue.
+        let f = tile.filter as usize;
+        let mut ran = 0;
+        for j in 0..6 {
+            let hw = match j {
+                0 => [f, f],
+                1 => [7, 7],
+                2 => [14, 14],
+                _ => [rng.random_range(f..=20), rng.random_range(f..=20)],
+            };
+            let mut conv = depthwise_conv(
+                rng.random_range(1..=3),
+                rng.random_range(1..=9),
+                hw,
+                f,
+                tile.stride as usize,
+                tile.multiplier as usize,
+            );
+            conv.pad = [rng.random_range(0..f), rng.random_range(0..f)];
+            if depthwise::unsupported(&conv, tile).is_some() {
+                // Only the threads-per-plane limit refuses a map of at most 20 x 20.
+                assert!(hw[0] > 16 || hw[1] > 16, "{conv}: {:?}", depthwise::unsupported(&conv, tile));
+                continue;
+            }
+            let epilogue = Epilogue {
+                bias: true,
+                activation: Activation::ALL[(i + j) % Activation::ALL.len()],
+                residual: j % 2 == 0,
+                shuffle: j % 3 != 0,
+            };
+            for sm_count in [132, 1] {
+                run_planes_on_cpu(&conv, tile, sm_count, &Epilogue::NONE);
+                run_planes_on_cpu(&conv, tile, sm_count, &epilogue);
+            }
+            ran += 1;
+        }
+        assert!(ran >= 3, "{}: {ran} maps", tile.name);
+    }
+}
+
+#[test]
+fn planes_variants_refuse_what_they_cannot_compute() {
+    let tile = DEPTHWISE_FWD_VARIANTS.iter().find(|t| t.name == "depthwise_planes_k3_s1_m1").unwrap();
+    let ok = depthwise_conv(64, 576, [14, 14], 3, 1, 1);
+    assert_eq!(depthwise::unsupported(&ok, tile), None);
+    let mut padded = ok.clone();
+    padded.pad = [3, 1];
+    let wide = depthwise_conv(1, 8, [56, 56], 3, 1, 1);
+    let nhwc = Conv2d { layout: TensorLayout::Nhwc, ..ok.clone() };
+    for (conv, why) in [(&padded, "padding of K"), (&wide, "112 threads per plane"), (&nhwc, "NHWC")] {
+        assert!(depthwise::unsupported(conv, tile).is_some(), "{why}");
+    }
+    // Too many elements for 31-bit offsets; parameters of an empty layer are no panic.
+    let huge = depthwise_conv(1 << 17, 128, [14, 14], 3, 1, 1);
+    assert!(depthwise::unsupported(&huge, tile).is_some(), "past 2^31 elements");
+    let empty = Conv2d { r: 0, s: 0, ..depthwise_conv(1, 8, [8, 8], 3, 1, 1) };
+    assert!(depthwise::unsupported(&empty, tile).is_some());
+    // A small launch takes fewer planes per block: N = 1 keeps four blocks per SM.
+    let geom = ok.geometry().unwrap();
+    let (large, _) = depthwise::planes_params(&ok, &geom, tile, 132).unwrap();
+    let one = depthwise_conv(1, 576, [14, 14], 3, 1, 1);
+    let (small, cfg) = depthwise::planes_params(&one, &one.geometry().unwrap(), tile, 132).unwrap();
+    assert_eq!((large.block_planes, large.threads), (16, 128));
+    assert_eq!((small.block_planes, cfg.grid_dim.0), (4, 144));
+}
+
+#[test]
 fn rows_variants_refuse_what_they_cannot_compute() {
     let tile = DEPTHWISE_FWD_VARIANTS.iter().find(|t| t.name == "depthwise_rows_k3_m1").unwrap();
     let ok = depthwise_conv(2, 8, [20, 28], 3, 1, 1);
@@ -372,17 +518,22 @@ fn the_heuristic_tile_fits_the_map() {
     for hw in [28, 56, 64, 112, 128] {
         assert_eq!(pick(hw).0, DepthwiseProgram::Rows, "{hw}");
     }
-    for hw in [8, 20] {
-        assert_eq!(pick(hw).0, DepthwiseProgram::Tiles, "{hw}: too few warps");
+    // Whole planes per block on small maps (rows there have too few warps, or none).
+    for hw in [7, 8, 14, 20] {
+        assert_eq!(pick(hw).0, DepthwiseProgram::Planes, "{hw}");
     }
     let one_image = depthwise_conv(1, 32, [112, 112], 3, 1, 1);
     let tile = depthwise::choose_tile(&one_image, &one_image.geometry().unwrap()).unwrap();
     assert_eq!(tile.program, DepthwiseProgram::Tiles, "N = 1: 256 warps of rows");
     // Else the largest tile that wastes at most MAX_COVER of the output area.
-    assert_eq!(pick(7), (DepthwiseProgram::Tiles, 8, 8));
-    assert_eq!(pick(14), (DepthwiseProgram::Tiles, 16, 16));
     assert_eq!(pick(130), (DepthwiseProgram::Tiles, 16, 16));
-    assert_eq!(pick(18), (DepthwiseProgram::Tiles, 8, 8), "none within the bound: the least covered");
+    let pick_tiles = |hw| {
+        let conv = depthwise_conv(1, 32, [hw, hw], 9, 1, 1);
+        let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
+        (tile.program, tile.tile_h, tile.tile_w)
+    };
+    assert_eq!(pick_tiles(14), (DepthwiseProgram::Tiles, 16, 16), "9x9: no planes variant");
+    assert_eq!(pick_tiles(18), (DepthwiseProgram::Tiles, 8, 8), "none within the bound: the least covered");
     // Stride 2: rows where they are a multiple of 8.
     let program = |hw| {
         let conv = depthwise_conv(64, 32, [hw, hw], 3, 2, 1);

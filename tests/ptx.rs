@@ -8,7 +8,10 @@ use convkit::ptx::PTX_MODULES;
 use kernels_gpu::{
     cgemm::{CGEMM_TILES, CgemmParams},
     conv::{
-        depthwise::{DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseProgram, nhwc::DepthwiseNhwcParams},
+        depthwise::{
+            DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseProgram, nhwc::DepthwiseNhwcParams,
+            planes::DepthwisePlanesParams,
+        },
         direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
         epilogue::{EPILOGUE_KERNEL, EpiloguePassParams},
         fft::{FFTCONV_TILES, FftConvParams},
@@ -32,11 +35,12 @@ use std::{collections::BTreeMap, path::PathBuf, process::Command};
 fn kernels() -> Vec<(&'static str, usize)> {
     let direct = DIRECT_FWD_VARIANTS.iter().flat_map(|t| t.entries.all());
     let mut all: Vec<_> = direct.map(|name| (name, size_of::<DirectFwdParams>())).collect();
-    // A `Tiles` depthwise variant stores every mode from one entry point; channels-last
-    // variants take their own parameters.
+    // A `Tiles` depthwise variant stores every mode from one entry point; channels-last and
+    // planes variants take their own parameters.
     all.extend(DEPTHWISE_FWD_VARIANTS.iter().flat_map(|t| {
         let params = match t.program {
             DepthwiseProgram::Channels => size_of::<DepthwiseNhwcParams>(),
+            DepthwiseProgram::Planes => size_of::<DepthwisePlanesParams>(),
             DepthwiseProgram::Tiles | DepthwiseProgram::Rows => size_of::<DepthwiseFwdParams>(),
         };
         let mut entries = t.entries.all().to_vec();

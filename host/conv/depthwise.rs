@@ -1,5 +1,6 @@
 //! Launcher of the depthwise convolution (`kernels-gpu/src/conv/depthwise.rs`): groups = C,
-//! K = C or 2C, square 3x3 ... 9x9 filters, stride 1 or 2, no dilation; channels last (NHWC,
+//! K = C or 2C, square 3x3 ... 9x9 filters, stride 1 or 2, no dilation; whole planes per block
+//! for small maps (`kernels-gpu/src/conv/depthwise/planes.rs`); channels last (NHWC,
 //! `kernels-gpu/src/conv/depthwise/nhwc.rs`): K = C, 3x3, 5x5 and 7x7. Other NCHW layers run
 //! the direct kernel ([`super::direct`]), other NHWC layers cuDNN.
 
@@ -12,6 +13,7 @@ use kernels_gpu::{
         BLOCK_THREADS, COPY_VECTORS, DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseProgram, DepthwiseTile,
         STORE_VECTORS,
         nhwc::{DepthwiseNhwcParams, NHWC_BLOCK_THREADS},
+        planes::{DepthwisePlanesParams, PLANE_PX, PLANES_BLOCK_THREADS, PLANES_QUANTUM, PlanesLayout},
         rows::{ROW_PX, ROWS_WARPS},
     },
 };
@@ -69,6 +71,16 @@ pub fn unsupported(conv: &Conv2d, tile: &DepthwiseTile) -> Option<&'static str> 
         }
         if let Some(reason) = super::nchw_unsupported(conv) {
             return Some(reason);
+        }
+        if tile.program == DepthwiseProgram::Planes {
+            if conv.pad.iter().any(|&pad| pad >= conv.r) {
+                return Some("the planes variants take padding of at most the filter size - 1");
+            }
+            if planes_shape(conv, tile).is_none() {
+                return Some(
+                    "the planes variants take maps of at most 64 threads of outputs per plane, 4 planes in 64 KB of shared memory and 2^31 elements in all",
+                );
+            }
         }
         if tile.program == DepthwiseProgram::Rows {
             let lane = (ROW_PX * tile.stride) as usize;
@@ -138,6 +150,95 @@ fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile) -> Option<(usize, usize)> 
     (threads <= i32::MAX as usize).then_some((segment, threads))
 }
 
+/// Input height and width up to which the heuristic takes a `Planes` variant over the tiles.
+pub const PLANES_MAX_MAP: usize = 20;
+
+/// Most threads per plane of a `Planes` launch (rows of `tile_h` by [`PLANE_PX`] outputs): four
+/// planes of them fill the largest block, 256 threads.
+pub const PLANES_MAX_PLANE_THREADS: usize = 64;
+/// Most shared memory a `Planes` block takes (input planes, guards and output stage), so that
+/// several fit an SM.
+pub const PLANES_MAX_SMEM: usize = 64 << 10;
+/// Blocks per SM below which a `Planes` launch takes fewer planes per block (N = 1 layers
+/// would otherwise leave most SMs idle).
+pub const PLANES_MIN_BLOCKS_PER_SM: usize = 4;
+
+/// A `Planes` variant's threads per plane and the most planes a block of it may take (a
+/// multiple of [`PLANES_QUANTUM`]); `None` for a layer without a geometry, or past the
+/// variant's limits (threads per plane, shared memory, 31-bit offsets).
+fn planes_shape(conv: &Conv2d, tile: &DepthwiseTile) -> Option<(usize, usize)> {
+    let geom = conv.geometry().ok()?;
+    let per_plane = geom.out_h.div_ceil(tile.tile_h as usize) * geom.out_w.div_ceil(PLANE_PX);
+    if per_plane > PLANES_MAX_PLANE_THREADS {
+        return None;
+    }
+    let quantum = PLANES_QUANTUM as usize;
+    let (in_plane, out_plane) = (conv.h.checked_mul(conv.w)?, geom.out_h * geom.out_w);
+    // The guards take at most 64 slots; each plane its input and its M output planes.
+    let plane_bytes = 4 * (in_plane.checked_add(out_plane * tile.multiplier as usize)?);
+    let fit = PLANES_MAX_SMEM.saturating_sub(4 * 64) / plane_bytes;
+    let most = (PLANES_BLOCK_THREADS as usize / per_plane).max(quantum).min(fit) / quantum * quantum;
+    // Every element offset of the blocks' planes, the last block's unused ones too, fits 31 bits.
+    let padded = (conv.n.checked_mul(conv.c)?).checked_next_multiple_of(most.max(1))?;
+    let elements = padded.checked_mul(in_plane.max(out_plane * tile.multiplier as usize))?;
+    (most > 0 && elements < 1 << 31).then_some((per_plane, most))
+}
+
+/// A `Planes` launch for `conv` with `tile` (a variant that computes it) on a GPU of
+/// `sm_count` SMs: the parameters (addresses filled in at launch) and the grid.
+pub fn planes_params(
+    conv: &Conv2d,
+    geom: &ConvGeometry,
+    tile: &DepthwiseTile,
+    sm_count: u32,
+) -> Option<(DepthwisePlanesParams, LaunchConfig)> {
+    let (per_plane, most) = planes_shape(conv, tile)?;
+    let planes = conv.n * conv.c;
+    let quantum = PLANES_QUANTUM as usize;
+    let mut block_planes = most;
+    while block_planes > quantum && planes.div_ceil(block_planes) < PLANES_MIN_BLOCKS_PER_SM * sm_count as usize {
+        block_planes -= quantum;
+    }
+    // `planes_shape` bounded every extent and offset to 31 bits.
+    let u = |v: usize| v as u32;
+    let magic = |d: usize| MagicDiv::new(d as u32).expect("validated extents are non-zero");
+    let (in_plane, out_plane) = (conv.h * conv.w, geom.out_h * geom.out_w);
+    let layout =
+        PlanesLayout::new(tile.filter, tile.stride, tile.multiplier, u(block_planes), u(in_plane), u(out_plane));
+    let threads = block_planes * per_plane;
+    let params = DepthwisePlanesParams {
+        x: 0,
+        w: 0,
+        y: 0,
+        in_h: u(conv.h),
+        in_w: u(conv.w),
+        out_h: u(geom.out_h),
+        out_w: u(geom.out_w),
+        pad_h: conv.pad[0] as i32,
+        pad_w: conv.pad[1] as i32,
+        planes: u(planes),
+        block_planes: u(block_planes),
+        threads: u(threads),
+        in_plane: u(in_plane),
+        out_plane: u(out_plane),
+        x_len: u(geom.x_len),
+        y_len: u(geom.y_len),
+        out_slot: layout.out_slot,
+        plane_slots: magic(block_planes),
+        row_blocks: magic(geom.out_h.div_ceil(tile.tile_h as usize)),
+        channels: magic(conv.c),
+        out_planes: magic(out_plane),
+        out_channels: magic(conv.k),
+        epilogue: Epilogue::NONE.params(conv, geom),
+    };
+    let cfg = LaunchConfig {
+        grid_dim: (u(planes.div_ceil(block_planes)), 1, 1),
+        block_dim: (u(threads), 1, 1),
+        shared_mem_bytes: layout.smem_bytes(),
+    };
+    Some((params, cfg))
+}
+
 /// The heuristic's channels-last variant for buffers aligned to `align` bytes: the first of
 /// the layer's in the variants' order (measured preference) whose channels per thread divide
 /// C and whose loads the alignment allows.
@@ -172,6 +273,10 @@ pub fn choose_tile(conv: &Conv2d, geom: &ConvGeometry) -> Result<DepthwiseTile> 
     let enough_warps = rows_grid(conv).is_some_and(|(_, warps)| warps >= MIN_ROWS_WARPS);
     if let Some(rows) = supporting_variants(conv).find(|t| t.program == DepthwiseProgram::Rows && enough_warps) {
         return Ok(*rows);
+    }
+    let small = conv.h.max(conv.w) <= PLANES_MAX_MAP;
+    if let Some(planes) = supporting_variants(conv).find(|t| t.program == DepthwiseProgram::Planes && small) {
+        return Ok(*planes);
     }
     Ok(tiles_variant(conv, geom))
 }
@@ -215,7 +320,7 @@ pub fn params(
         // A layer the variant does not compute gets a grid of one row (the launcher refuses it).
         DepthwiseProgram::Rows => (row_lanes(conv), rows_grid(conv).map_or(1, |(segment, _)| segment)),
         // Channels-last variants take `channels_params`; tiles need none of these.
-        DepthwiseProgram::Tiles | DepthwiseProgram::Channels => (1, 1),
+        DepthwiseProgram::Tiles | DepthwiseProgram::Channels | DepthwiseProgram::Planes => (1, 1),
     };
     DepthwiseFwdParams {
         x: 0,
@@ -322,8 +427,8 @@ pub fn forward_fused(
     if let Some(reason) = unsupported(conv, tile) {
         return Err(Error::UnsupportedTile { tile: tile.name, reason });
     }
-    if tile.program == DepthwiseProgram::Rows {
-        // Rows read and write 16-byte pieces; tiles take any alignment.
+    if matches!(tile.program, DepthwiseProgram::Rows | DepthwiseProgram::Planes) {
+        // Rows and planes read and write 16-byte pieces; tiles take any alignment.
         let aligned = |p: u64| p.is_multiple_of(16);
         let residual_aligned = epilogue.residual.is_none_or(|r| aligned(r.device_ptr(stream).0));
         if !(aligned(x.device_ptr(stream).0) && aligned(y.device_ptr_mut(stream).0) && residual_aligned) {
@@ -338,6 +443,7 @@ pub fn forward_fused(
     }
     let grid = match tile.program {
         DepthwiseProgram::Channels => return forward_channels_last(gpu, stream, conv, &geom, tile, x, w, y, epilogue),
+        DepthwiseProgram::Planes => return forward_planes(gpu, stream, conv, &geom, tile, x, w, y, epilogue),
         DepthwiseProgram::Tiles => {
             let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
             let grid_x = u32::try_from(down * across)
@@ -386,6 +492,28 @@ pub fn forward_fused(
     gpu.check_deferred()
 }
 
+/// [`forward_fused`] of a `Planes` variant (that computes `conv`, with 16-byte aligned `x`, `y`
+/// and residual).
+#[allow(clippy::too_many_arguments)] // forward_fused's, and the geometry
+fn forward_planes(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    conv: &Conv2d,
+    geom: &ConvGeometry,
+    tile: &DepthwiseTile,
+    x: &impl DevicePtr<f32>,
+    w: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<f32>,
+    epilogue: &EpilogueArgs,
+) -> Result<()> {
+    let (p, cfg) = planes_params(conv, geom, tile, gpu.sm_count()).expect("unsupported() checked the planes grid");
+    let set = |p: &mut DepthwisePlanesParams, [x, w, y]: [u64; 3], e| (p.x, p.w, p.y, p.epilogue) = (x, w, y, e);
+    // Safety: the buffers are checked to hold exactly the shape's extents; they are 16-byte
+    // aligned (the caller ran the tiles otherwise); `unsupported` bounded every offset, the last
+    // block's unused planes included, to 31 bits, and the copies read no element past `x_len`.
+    unsafe { launch_checked(gpu, stream, conv, geom, tile, cfg, p, set, x, w, y, epilogue) }
+}
+
 /// [`forward_fused`] of a `Channels` variant (that computes `conv`). Buffers not aligned to its
 /// loads of `4·lane_channels` bytes run the heuristic's variant for their alignment.
 #[allow(clippy::too_many_arguments)] // forward_fused's, and the geometry
@@ -408,26 +536,51 @@ fn forward_channels_last(
             .ok_or(Error::UnsupportedTile { tile: tile.name, reason: "x, y or the residual is not 4-byte aligned" })?;
         return forward_channels_last(gpu, stream, conv, geom, &narrower, x, w, y, epilogue);
     }
-    super::check_buffers(gpu, geom, x, w, y)?;
-    epilogue.check(gpu, conv, geom)?;
-    let mut p = channels_params(conv, geom, tile);
+    let p = channels_params(conv, geom, tile);
     let cfg = LaunchConfig {
         grid_dim: (p.threads.div_ceil(NHWC_BLOCK_THREADS), 1, 1),
         block_dim: (NHWC_BLOCK_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
+    let set = |p: &mut DepthwiseNhwcParams, [x, w, y]: [u64; 3], e| (p.x, p.w, p.y, p.epilogue) = (x, w, y, e);
+    // Safety: the buffers are checked to hold exactly the shape's extents and are aligned to
+    // the variant's vectors; `unsupported` bounded the threads to 31 bits, and C is a multiple
+    // of the channels per thread, so every vector lies within one pixel.
+    unsafe { launch_checked(gpu, stream, conv, geom, tile, cfg, p, set, x, w, y, epilogue) }
+}
+
+/// Checks the buffers and the epilogue, then launches `tile`'s entry point for the epilogue's
+/// store mode with `p`, into which `set` writes the addresses of x, w, y and the epilogue's
+/// parameters.
+///
+/// # Safety
+/// `p` and `cfg` must be what the kernel's index arithmetic is valid for, given buffers that
+/// hold exactly the shape's extents.
+#[allow(clippy::too_many_arguments)] // a launch, its parameters and forward_fused's
+unsafe fn launch_checked<P: bytemuck::Pod>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    conv: &Conv2d,
+    geom: &ConvGeometry,
+    tile: &DepthwiseTile,
+    cfg: LaunchConfig,
+    mut p: P,
+    set: impl Fn(&mut P, [u64; 3], kernels_gpu::conv::epilogue::EpilogueParams),
+    x: &impl DevicePtr<f32>,
+    w: &impl DevicePtr<f32>,
+    y: &mut impl DevicePtrMut<f32>,
+    epilogue: &EpilogueArgs,
+) -> Result<()> {
+    super::check_buffers(gpu, geom, x, w, y)?;
+    epilogue.check(gpu, conv, geom)?;
     {
         let (x_ptr, _x_sync) = x.device_ptr(stream);
         let (w_ptr, _w_sync) = w.device_ptr(stream);
         let (y_ptr, _y_sync) = y.device_ptr_mut(stream);
-        (p.x, p.w, p.y) = (x_ptr, w_ptr, y_ptr);
-        // Safety: the buffers hold exactly the shape's extents and are aligned to the
-        // variant's vectors; `unsupported` bounded the threads to 31 bits, and C is a multiple
-        // of the channels per thread, so every vector lies within one pixel.
         epilogue.with_params(stream, conv, geom, |e| {
-            p.epilogue = e;
+            set(&mut p, [x_ptr, w_ptr, y_ptr], e);
             unsafe { gpu.launch(stream, tile.entries.of_mode(e.mode()), cfg, p) }
         })?;
-    }
+    } // the buffers' cross-stream events are recorded here
     gpu.check_deferred()
 }

@@ -69,17 +69,17 @@ pub(crate) fn pin(v: &mut f32) {
 #[inline(always)]
 pub(crate) fn pin(_: &mut f32) {}
 
-/// `f(0)`, `f(1)`, ..., `f(N - 1)` as straight-line code (`N` at most 16), up to the first
+/// `f(0)`, `f(1)`, ..., `f(N - 1)` as straight-line code (`N` at most 24), up to the first
 /// that returns `false`: each call inlined with its index a constant, whatever the size of the
 /// body (LLVM's unroller leaves a loop rolled past its threshold, and register arrays indexed
 /// by its counter then go to local memory).
 #[inline(always)]
 pub(crate) fn unrolled<const N: usize>(mut f: impl FnMut(usize) -> bool) {
-    const { assert!(N <= 16) };
+    const { assert!(N <= 24) };
     macro_rules! calls {
         ($($i:literal)*) => { $(if $i < N && !f($i) { return; })* };
     }
-    calls!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    calls!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23);
 }
 
 /// `if c { a } else { b }` on values: LLVM turns a select between two elements of one array

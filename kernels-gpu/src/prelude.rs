@@ -68,7 +68,7 @@ pub fn cp_async_f32x2(smem_addr: u32, global_addr: u64, src_bytes: u32) {
 }
 
 /// [`cp_async_f32`] for 16 bytes, through L2 only (`.cg`); both addresses 16-byte aligned,
-/// `src_bytes` 16, 8, 4 or 0 (the rest zero-filled).
+/// `src_bytes` at most 16 (the rest zero-filled).
 #[inline(always)]
 pub fn cp_async_f32x4(smem_addr: u32, global_addr: u64, src_bytes: u32) {
     unsafe {
@@ -103,6 +103,15 @@ pub fn smem_base() -> u32 {
 #[inline(always)]
 pub fn st_shared_f32(addr: u32, v: f32) {
     unsafe { asm!("st.shared.f32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack)) };
+}
+
+/// [`st_shared_f32`] where `store`, without a branch.
+#[inline(always)]
+pub fn st_shared_f32_if(store: bool, addr: u32, v: f32) {
+    unsafe {
+        asm!("{{ .reg .pred p; setp.ne.u32 p, {c}, 0; @p st.shared.f32 [{a}], {v}; }}",
+            c = in(reg32) store as u32, a = in(reg32) addr, v = in(reg32) v, options(nostack))
+    };
 }
 
 #[inline(always)]

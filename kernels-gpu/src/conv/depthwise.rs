@@ -27,6 +27,7 @@ use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
 
 pub mod nhwc;
+pub mod planes;
 pub mod rows;
 
 /// Threads per block of every depthwise kernel.
@@ -98,6 +99,11 @@ pub enum DepthwiseProgram {
     /// Channels last (NHWC tensors, multiplier 1): a thread's `lane_channels` channels of
     /// `tile_w` adjacent outputs down a segment of rows ([`nhwc`]). `tile_h` is 1.
     Channels,
+    /// Whole planes per block for small maps ([`planes`]): 16-byte copies of consecutive
+    /// planes, `tile_h` rows of `tile_w` outputs per thread, 16-byte stores of consecutive
+    /// output planes (16-byte aligned tensors; elsewhere the launcher runs the layer's `Tiles`
+    /// variant).
+    Planes,
 }
 
 /// One variant: filter size, stride and channel multiplier it computes, and its output tile.
@@ -206,7 +212,7 @@ impl DepthwiseTile {
     /// Whether the variant's shape is one the program handles: whole thread rows, whole
     /// planes per block, a window that fits the register array.
     pub const fn is_well_formed(&self) -> bool {
-        matches!(self.program, DepthwiseProgram::Rows | DepthwiseProgram::Channels)
+        matches!(self.program, DepthwiseProgram::Rows | DepthwiseProgram::Channels | DepthwiseProgram::Planes)
             || self.tile_w.is_multiple_of(PX)
                 && self.tile_h.is_multiple_of(RY)
                 && BLOCK_THREADS.is_multiple_of(self.threads_per_plane())
@@ -503,7 +509,8 @@ macro_rules! depthwise_fwd_variants {
     (
         tiles: [$(($name:ident, $k:literal, $st:literal, $m:literal, $th:literal, $tw:literal)),* $(,)?],
         rows: [$(($r_name:ident, $r_m:literal, [$r_k:literal, $r_h:literal, $r_st:literal, $r_n:literal, $r_r:literal, $r_s:literal, $r_d:literal, $r_pin:literal])),* $(,)?],
-        channels: [$(($c_name:ident, [$c_k:literal, $c_st:literal, $c_s:literal, $c_u:literal, $c_v:literal, $c_tw:literal, $c_w:literal, $c_pin:literal])),* $(,)?] $(,)?
+        channels: [$(($c_name:ident, [$c_k:literal, $c_st:literal, $c_s:literal, $c_u:literal, $c_v:literal, $c_tw:literal, $c_w:literal, $c_pin:literal])),* $(,)?],
+        planes: [$(($p_name:ident, [$p_k:literal, $p_st:literal, $p_m:literal, $p_ry:literal, $p_win:literal, $p_ir:literal])),* $(,)?] $(,)?
     ) => {
         /// Every variant in the PTX, by entry-point name.
         pub const DEPTHWISE_FWD_VARIANTS: &[DepthwiseTile] = &[
@@ -521,6 +528,11 @@ macro_rules! depthwise_fwd_variants {
             $(DepthwiseTile {
                 name: stringify!($c_name), program: DepthwiseProgram::Channels, entries: crate::mode_entries!($c_name),
                 filter: $c_k, stride: $c_st, multiplier: 1, tile_h: 1, tile_w: $c_tw, lane_channels: $c_v,
+            },)*
+            $(DepthwiseTile {
+                name: stringify!($p_name), program: DepthwiseProgram::Planes, entries: crate::mode_entries!($p_name),
+                filter: $p_k, stride: $p_st, multiplier: $p_m, tile_h: $p_ry, tile_w: planes::PLANE_PX as u32,
+                lane_channels: 1,
             },)*
         ];
 
@@ -553,6 +565,17 @@ macro_rules! depthwise_fwd_variants {
             }
         }
 
+        /// The block program of the `Planes` variant named `name` in store mode `mode`, for a
+        /// [`planes::PlaneBlock`] of the caller's (the host's tests run it on the CPU).
+        pub fn planes_program<B: planes::PlaneBlock>(name: &str) -> Option<fn(&mut B, &planes::DepthwisePlanesParams, u32)> {
+            match name {
+                $(stringify!($p_name) => Some(|b, p, block| {
+                    crate::by_mode!(p.epilogue, MODE => planes::planes::<$p_k, $p_st, $p_m, $p_ry, $p_win, $p_ir, MODE, B>(b, p, block))
+                }),)*
+                _ => None,
+            }
+        }
+
         #[cfg(target_arch = "nvptx64")]
         mod entry {
             use crate::prelude::{block_idx_x, block_idx_z};
@@ -565,6 +588,7 @@ macro_rules! depthwise_fwd_variants {
             )*
             $(crate::mode_entry_points!($r_name, super::DepthwiseFwdParams, super::device::rows_kernel, [$r_k, $r_h, $r_st, $r_n, $r_r, $r_s, $r_m, $r_d, $r_pin]);)*
             $(crate::mode_entry_points!($c_name, super::nhwc::DepthwiseNhwcParams, super::nhwc::device::kernel, [$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, $c_pin]);)*
+            $(crate::mode_entry_points!($p_name, super::planes::DepthwisePlanesParams, super::planes::device::kernel, [$p_k, $p_st, $p_m, $p_ry, $p_win, $p_ir]);)*
         }
     };
 }
@@ -649,6 +673,17 @@ depthwise_fwd_variants!(
         (depthwise_nhwc_k5_s2_c1, [5, 2, 3, 6, 1, 4, 11, false]),
         (depthwise_nhwc_k7_s1_c1, [7, 1, 7, 7, 1, 4, 10, true]),
         (depthwise_nhwc_k7_s2_c1, [7, 2, 4, 8, 1, 4, 13, true]),
+    ],
+    // [K, ST, M, RY output rows per thread, WIN = 3·ST + K input columns, IR = (RY - 1)·ST + K
+    // input rows]: 7 rows fit the 14- and 7-high outputs of ImageNet's last two stages exactly.
+    planes: [
+        (depthwise_planes_k3_s1_m1, [3, 1, 1, 7, 6, 9]),
+        (depthwise_planes_k3_s2_m1, [3, 2, 1, 7, 9, 15]),
+        (depthwise_planes_k5_s1_m1, [5, 1, 1, 7, 8, 11]),
+        (depthwise_planes_k5_s2_m1, [5, 2, 1, 7, 11, 17]),
+        (depthwise_planes_k7_s1_m1, [7, 1, 1, 7, 10, 13]),
+        (depthwise_planes_k3_s1_m2, [3, 1, 2, 7, 6, 9]),
+        (depthwise_planes_k5_s1_m2, [5, 1, 2, 7, 8, 11]),
     ],
 );
 
