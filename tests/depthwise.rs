@@ -98,7 +98,7 @@ impl TileBlock for CpuBlock<'_> {
     fn copy_x4(&mut self, slot: u32, offset: u64, inside: bool) {
         assert!(slot.is_multiple_of(4) && offset.is_multiple_of(4), "16-byte copy of element {offset} to slot {slot}");
         for i in 0..4 {
-            self.copy_x(slot + i, if inside { offset + i as u64 } else { 0 }, inside);
+            TileBlock::copy_x(self, slot + i, if inside { offset + i as u64 } else { 0 }, inside);
         }
     }
 
@@ -146,13 +146,12 @@ impl PlaneBlock for CpuBlock<'_> {
         self.smem.barrier();
     }
 
-    fn copy_x4(&mut self, slot: u32, offset: u64, floats: u32) {
-        assert!(slot.is_multiple_of(4) && offset.is_multiple_of(4), "16-byte copy of element {offset} to slot {slot}");
-        assert!(floats <= 4 && (floats > 0 || offset == 0), "a copy of {floats} floats from element {offset}");
-        for i in 0..4 {
-            let v = if i < floats { self.mem.x[(offset + i as u64) as usize] } else { 0.0 };
-            self.smem.store(slot + i, v);
-        }
+    fn copy_x4(&mut self, slot: u32, offset: u64, inside: bool) {
+        TileBlock::copy_x4(self, slot, offset, inside);
+    }
+
+    fn copy_x(&mut self, slot: u32, offset: u64, inside: bool) {
+        TileBlock::copy_x(self, slot, offset, inside);
     }
 
     fn wait_copies(&mut self) {}

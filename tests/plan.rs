@@ -260,9 +260,9 @@ fn the_heuristic_follows_the_measured_rules() {
         assert_eq!(choose("smoke", "dense-s2-d2", math, gib), implicit);
         assert!(matches!(choose("smoke", "grouped-mult2", math, gib), Algorithm::Direct(_)));
         // Depthwise layers the depthwise kernel covers: on large maps to it (7x7 over many
-        // planes only where its whole rows apply, else to the fused FFT); on 14-wide maps to
-        // the fused FFT from 5x5, else the direct kernel. Small filters and few channels per
-        // group: the direct kernel.
+        // planes only where its whole rows apply, else to the fused FFT); on 14- and 7-wide maps
+        // to its whole planes per block, 3x3 to 7x7. Small filters and few channels per group:
+        // the direct kernel.
         for label in [
             "mbv2-dw-c32-112",
             "mbv2-dw-c96-112-s2",
@@ -272,11 +272,20 @@ fn the_heuristic_follows_the_measured_rules() {
         ] {
             assert!(matches!(choose("depthwise", label, math, gib), Algorithm::Depthwise(_)), "{label} {math:?}");
         }
-        for label in ["effb0-dw5-c480-14", "convnext-dw7-c384-14-x9", "convnext-dw7-c768-7-n1"] {
-            assert!(matches!(choose("depthwise", label, math, gib), Algorithm::Fft(_)), "{label} {math:?}");
-        }
-        for label in ["mbv2-dw-c384-14-x4", "mbv2-dw-c960-7-x3", "convnext-dw7-c768-7-x3"] {
-            assert!(matches!(choose("depthwise", label, math, gib), Algorithm::Direct(_)), "{label} {math:?}");
+        for label in [
+            "effb0-dw5-c480-14",
+            "convnext-dw7-c384-14-x9",
+            "convnext-dw7-c768-7-n1",
+            "mbv2-dw-c384-14-x4",
+            "mbv2-dw-c960-7-x3",
+            "convnext-dw7-c768-7-x3",
+            "mbv2-dw-c576-14-s2",
+        ] {
+            let choice = choose("depthwise", label, math, gib);
+            assert!(
+                matches!(choice, Algorithm::Depthwise(name) if name.starts_with("depthwise_planes_")),
+                "{label} {math:?}: {choice:?}"
+            );
         }
         // ... except with so many channels that the direct kernel's block per channel dominates.
         assert_eq!(choose("large", "zlimit-c200000", math, gib), Algorithm::Depthwise("depthwise_rows_k3_m1"));

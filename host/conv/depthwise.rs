@@ -163,25 +163,29 @@ pub const PLANES_MAX_SMEM: usize = 64 << 10;
 /// would otherwise leave most SMs idle).
 pub const PLANES_MIN_BLOCKS_PER_SM: usize = 4;
 
-/// A `Planes` variant's threads per plane and the most planes a block of it may take (a
-/// multiple of [`PLANES_QUANTUM`]); `None` for a layer without a geometry, or past the
-/// variant's limits (threads per plane, shared memory, 31-bit offsets).
-fn planes_shape(conv: &Conv2d, tile: &DepthwiseTile) -> Option<(usize, usize)> {
+/// A `Planes` variant's threads per plane, the step in which a block's planes go (the least
+/// multiple of [`PLANES_QUANTUM`] that makes whole warps, where four planes do not) and the most
+/// planes a block of it may take; `None` for a layer without a geometry, or past the variant's
+/// limits (threads per plane, shared memory, 31-bit offsets).
+fn planes_shape(conv: &Conv2d, tile: &DepthwiseTile) -> Option<(usize, usize, usize)> {
     let geom = conv.geometry().ok()?;
     let per_plane = geom.out_h.div_ceil(tile.tile_h as usize) * geom.out_w.div_ceil(PLANE_PX);
     if per_plane > PLANES_MAX_PLANE_THREADS {
         return None;
     }
     let quantum = PLANES_QUANTUM as usize;
+    // Blocks of 88 threads (a partial third warp) ran 7x7 maps 8% below what whole warps would.
+    let step = (quantum..=32).step_by(quantum).find(|s| (s * per_plane).is_multiple_of(32)).unwrap_or(quantum);
     let (in_plane, out_plane) = (conv.h.checked_mul(conv.w)?, geom.out_h * geom.out_w);
     // The guards take at most 64 slots; each plane its input and its M output planes.
     let plane_bytes = 4 * (in_plane.checked_add(out_plane * tile.multiplier as usize)?);
     let fit = PLANES_MAX_SMEM.saturating_sub(4 * 64) / plane_bytes;
-    let most = (PLANES_BLOCK_THREADS as usize / per_plane).max(quantum).min(fit) / quantum * quantum;
+    let step = if step * per_plane <= 256 && step <= fit { step } else { quantum };
+    let most = (PLANES_BLOCK_THREADS as usize / per_plane).max(step).min(fit) / step * step;
     // Every element offset of the blocks' planes, the last block's unused ones too, fits 31 bits.
     let padded = (conv.n.checked_mul(conv.c)?).checked_next_multiple_of(most.max(1))?;
     let elements = padded.checked_mul(in_plane.max(out_plane * tile.multiplier as usize))?;
-    (most > 0 && elements < 1 << 31).then_some((per_plane, most))
+    (most > 0 && elements < 1 << 31).then_some((per_plane, step, most))
 }
 
 /// A `Planes` launch for `conv` with `tile` (a variant that computes it) on a GPU of
@@ -192,12 +196,11 @@ pub fn planes_params(
     tile: &DepthwiseTile,
     sm_count: u32,
 ) -> Option<(DepthwisePlanesParams, LaunchConfig)> {
-    let (per_plane, most) = planes_shape(conv, tile)?;
+    let (per_plane, step, most) = planes_shape(conv, tile)?;
     let planes = conv.n * conv.c;
-    let quantum = PLANES_QUANTUM as usize;
     let mut block_planes = most;
-    while block_planes > quantum && planes.div_ceil(block_planes) < PLANES_MIN_BLOCKS_PER_SM * sm_count as usize {
-        block_planes -= quantum;
+    while block_planes > step && planes.div_ceil(block_planes) < PLANES_MIN_BLOCKS_PER_SM * sm_count as usize {
+        block_planes -= step;
     }
     // `planes_shape` bounded every extent and offset to 31 bits.
     let u = |v: usize| v as u32;

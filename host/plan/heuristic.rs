@@ -16,7 +16,10 @@
 //!   the shared cost model ([`fft_gemm::transforms_s`]) estimates faster. Measured: 3.9-61x
 //!   faster than cuDNN's best and 1.5-42x than the direct kernel.
 //! - Depthwise layers that the depthwise kernel covers (3x3 ... 9x9, stride 1 or 2, multiplier
-//!   1 or 2): on maps of at least [`DEPTHWISE_MIN_MAP`] to it (with its own tile heuristic),
+//!   1 or 2): where its tile heuristic takes whole planes per block (3x3, 5x5 and 7x7 on maps up
+//!   to `depthwise::PLANES_MAX_MAP`) to it (on the `depthwise` suite's 14- and 7-wide layers
+//!   1.2-1.9x faster than the direct kernel and the fused FFT, except N = 1 5x5 at stride 2,
+//!   6% behind the fused FFT); on maps of at least [`DEPTHWISE_MIN_MAP`] to it (with its own tile heuristic),
 //!   except 7x7 and larger filters over many planes where its whole-rows program does not
 //!   apply, which go to the fused FFT; on smaller
 //!   maps to the fused FFT for 5x5 and larger filters on maps of at least [`FUSED_FFT_MIN_MAP`]
@@ -189,7 +192,10 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
         let fused = fft::choose_tile(conv, geom).ok();
         let many_planes = conv.n * conv.c >= FUSED_FFT_MIN_PLANES;
         let rows = tile.program == DepthwiseProgram::Rows;
-        let fused_wins = if map >= DEPTHWISE_MIN_MAP {
+        let planes = tile.program == DepthwiseProgram::Planes;
+        let fused_wins = if planes {
+            false
+        } else if map >= DEPTHWISE_MIN_MAP {
             conv.r >= FUSED_FFT_MIN_FILTER && many_planes && !rows
         } else if map >= FUSED_FFT_MIN_MAP {
             conv.r >= FUSED_FFT_SMALL_MAP_MIN_FILTER
@@ -201,9 +207,11 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
                 let why = format!("{layer}, {} planes: the fused FFT", conv.n * conv.c);
                 return pick(Algorithm::Fft(fft_tile.name), 0, why);
             }
-            _ if map >= DEPTHWISE_MIN_MAP || conv.c >= DEPTHWISE_MIN_CHANNELS_PER_SM * sm_count as usize => {
+            _ if planes || map >= DEPTHWISE_MIN_MAP || conv.c >= DEPTHWISE_MIN_CHANNELS_PER_SM * sm_count as usize => {
                 let why = if rows {
                     format!("{layer}, {} channels: the depthwise kernel, whole rows per warp", conv.c)
+                } else if planes {
+                    format!("{layer}, {} planes: the depthwise kernel, whole planes per block", conv.n * conv.c)
                 } else {
                     format!("{layer}, {} channels: the depthwise kernel, {}x{} tiles", conv.c, tile.tile_h, tile.tile_w)
                 };

@@ -68,7 +68,7 @@ pub fn cp_async_f32x2(smem_addr: u32, global_addr: u64, src_bytes: u32) {
 }
 
 /// [`cp_async_f32`] for 16 bytes, through L2 only (`.cg`); both addresses 16-byte aligned,
-/// `src_bytes` at most 16 (the rest zero-filled).
+/// `src_bytes` 16, 8, 4 or 0 (the rest zero-filled).
 #[inline(always)]
 pub fn cp_async_f32x4(smem_addr: u32, global_addr: u64, src_bytes: u32) {
     unsafe {

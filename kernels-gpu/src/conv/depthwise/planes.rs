@@ -110,10 +110,12 @@ pub trait PlaneBlock: DepthwiseOut {
     fn each_thread(&mut self, threads: u32, f: impl FnMut(&mut Self, u32));
     /// Every thread's earlier shared-memory accesses happen before any later one.
     fn barrier(&mut self);
-    /// Starts copying input elements `offset .. offset + floats` (`floats` at most 4) to slots
-    /// `slot ..`, zeros after them; `slot` a multiple of 4, `offset` too (0 when `floats` is
-    /// 0). Complete after [`Self::wait_copies`] and a barrier.
-    fn copy_x4(&mut self, slot: u32, offset: u64, floats: u32);
+    /// Starts copying input elements `offset .. offset + 4` to slots `slot .. slot + 4`, or
+    /// zeros where `inside` is false (`offset` is then 0); both multiples of 4. Complete after
+    /// [`Self::wait_copies`] and a barrier.
+    fn copy_x4(&mut self, slot: u32, offset: u64, inside: bool);
+    /// [`Self::copy_x4`] of one element.
+    fn copy_x(&mut self, slot: u32, offset: u64, inside: bool);
     /// Waits for this thread's copies.
     fn wait_copies(&mut self);
     /// Filter element `offset`.
@@ -164,15 +166,23 @@ pub fn planes<
             let mut g = t;
             while g < guards {
                 let slot = if g < front { 4 * g } else { lay.front + lay.in_slots + 4 * (g - front) };
-                b.copy_x4(slot, 0, 0);
+                b.copy_x4(slot, 0, false);
                 g += threads;
             }
             let x0 = first * p.in_plane;
             let mut e = t;
             while e < lay.in_slots / 4 {
-                let o = x0 + 4 * e;
-                let floats = p.x_len.saturating_sub(o).min(4);
-                b.copy_x4(lay.front + 4 * e, if floats > 0 { o as u64 } else { 0 }, floats);
+                let (o, slot) = (x0 + 4 * e, lay.front + 4 * e);
+                let left = p.x_len.saturating_sub(o);
+                if left == 0 || left >= 4 {
+                    b.copy_x4(slot, if left > 0 { o as u64 } else { 0 }, left > 0);
+                } else {
+                    // The tensor ends inside this piece: a 16-byte copy would read past it.
+                    for i in 0..4 {
+                        let inside = o + i < p.x_len;
+                        b.copy_x(slot + i, if inside { (o + i) as u64 } else { 0 }, inside);
+                    }
+                }
                 e += threads;
             }
             b.wait_copies();
@@ -346,8 +356,13 @@ pub(super) mod device {
         }
 
         #[inline(always)]
-        fn copy_x4(&mut self, slot: u32, offset: u64, floats: u32) {
-            cp_async_f32x4(self.smem + 4 * slot, self.x + 4 * offset, 4 * floats);
+        fn copy_x4(&mut self, slot: u32, offset: u64, inside: bool) {
+            cp_async_f32x4(self.smem + 4 * slot, self.x + 4 * offset, if inside { 16 } else { 0 });
+        }
+
+        #[inline(always)]
+        fn copy_x(&mut self, slot: u32, offset: u64, inside: bool) {
+            cp_async_f32(self.smem + 4 * slot, self.x + 4 * offset, if inside { 4 } else { 0 });
         }
 
         #[inline(always)]
