@@ -1,6 +1,7 @@
 //! Depthwise convolution (groups = C, channel multiplier M = K / C of 1 or 2), forward, f32,
-//! NCHW (channels last: [`nhwc`]): the kernel ABI, its tile math and the block program. Launched by
-//! `host/conv/depthwise.rs`. Layers outside its variants (other or rectangular filters, other
+//! NCHW (channels last: [`nhwc`]; whole rows per warp: [`rows`]; whole planes per block for
+//! small maps: [`planes`]): the kernel ABI, its tile math and the tiles' block program. Launched
+//! by `host/conv/depthwise.rs`. Layers outside its variants (other or rectangular filters, other
 //! strides, dilation) run the grouped direct kernel (`conv/direct.rs`), the generic path.
 //!
 //! A block computes a `tile_h x tile_w` tile of outputs in each of [`DepthwiseTile::planes_per_block`]
