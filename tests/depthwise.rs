@@ -98,7 +98,7 @@ impl TileBlock for CpuBlock<'_> {
     fn copy_x4(&mut self, slot: u32, offset: u64, inside: bool) {
         assert!(slot.is_multiple_of(4) && offset.is_multiple_of(4), "16-byte copy of element {offset} to slot {slot}");
         for i in 0..4 {
-            TileBlock::copy_x(self, slot + i, if inside { offset + i as u64 } else { 0 }, inside);
+            self.copy_x(slot + i, if inside { offset + i as u64 } else { 0 }, inside);
         }
     }
 
@@ -125,64 +125,31 @@ impl TileBlock for CpuBlock<'_> {
 
     fn load2(&mut self, slot: u32) -> [f32; 2] {
         assert!(slot.is_multiple_of(2), "8-byte shared load at slot {slot}");
-        [self.smem.load(slot), self.smem.load(slot + 1)]
+        [self.load(slot), self.load(slot + 1)]
     }
 
     fn load4(&mut self, slot: u32) -> [f32; 4] {
         assert!(slot.is_multiple_of(4), "16-byte shared load at slot {slot}");
-        [0, 1, 2, 3].map(|i| self.smem.load(slot + i))
+        [self.load(slot), self.load(slot + 1), self.load(slot + 2), self.load(slot + 3)]
     }
 }
 
 impl PlaneBlock for CpuBlock<'_> {
-    fn each_thread(&mut self, threads: u32, mut f: impl FnMut(&mut Self, u32)) {
+    fn each_thread_of(&mut self, threads: u32, mut f: impl FnMut(&mut Self, u32)) {
         for thread in 0..threads {
             self.smem.item = thread;
             f(self, thread);
         }
     }
 
-    fn barrier(&mut self) {
-        self.smem.barrier();
-    }
-
-    fn copy_x4(&mut self, slot: u32, offset: u64, inside: bool) {
-        TileBlock::copy_x4(self, slot, offset, inside);
-    }
-
-    fn copy_x(&mut self, slot: u32, offset: u64, inside: bool) {
-        TileBlock::copy_x(self, slot, offset, inside);
-    }
-
-    fn wait_copies(&mut self) {}
-
     fn tap(&mut self, offset: u64) -> f32 {
         self.mem.w[offset as usize]
-    }
-
-    fn load(&mut self, slot: u32) -> f32 {
-        self.smem.load(slot)
-    }
-
-    fn load4(&mut self, slot: u32) -> [f32; 4] {
-        assert!(slot.is_multiple_of(4), "16-byte shared load at slot {slot}");
-        [0, 1, 2, 3].map(|i| self.smem.load(slot + i))
     }
 
     fn stage(&mut self, store: bool, slot: u32, v: f32) {
         if store {
             self.smem.store(slot, v);
         }
-    }
-
-    fn write_y(&mut self, store: bool, offset: u64, v: f32) {
-        if store {
-            self.mem.write(offset, v);
-        }
-    }
-
-    fn residual(&mut self, load: bool, offset: u64) -> f32 {
-        if load { self.mem.residual[offset as usize] } else { 0.0 }
     }
 }
 
@@ -269,7 +236,8 @@ fn run_planes_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, sm_count: u32, epilogu
     let geom = conv.geometry().unwrap();
     let mut t = CpuTensors::new(conv);
     let (mut p, cfg) = depthwise::planes_params(conv, &geom, tile, sm_count).expect("a layer the variant computes");
-    assert!(p.block_planes.is_multiple_of(PLANES_QUANTUM) && cfg.block_dim.0 == p.threads && p.threads <= 256);
+    assert!(p.block_planes.is_multiple_of(PLANES_QUANTUM) && cfg.block_dim.0 == p.threads);
+    assert!(p.threads as usize <= depthwise::PLANES_MAX_BLOCK_THREADS);
     p.epilogue = epilogue.params(conv, &geom);
     (p.epilogue.bias, p.epilogue.residual) = (epilogue.bias as u64, epilogue.residual as u64);
     let run = planes_program::<CpuBlock>(tile.name).expect("every planes variant has a program");

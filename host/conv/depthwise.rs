@@ -13,7 +13,7 @@ use kernels_gpu::{
         BLOCK_THREADS, COPY_VECTORS, DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseProgram, DepthwiseTile,
         STORE_VECTORS,
         nhwc::{DepthwiseNhwcParams, NHWC_BLOCK_THREADS},
-        planes::{DepthwisePlanesParams, PLANE_PX, PLANES_BLOCK_THREADS, PLANES_QUANTUM, PlanesLayout},
+        planes::{DepthwisePlanesParams, PLANE_PX, PLANES_QUANTUM, PlanesLayout},
         rows::{ROW_PX, ROWS_WARPS},
     },
 };
@@ -153,9 +153,12 @@ fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile) -> Option<(usize, usize)> 
 /// Input height and width up to which the heuristic takes a `Planes` variant over the tiles.
 pub const PLANES_MAX_MAP: usize = 20;
 
+/// Threads per block a `Planes` launch aims at (fewer where it would have too few blocks).
+pub const PLANES_BLOCK_THREADS: usize = 128;
 /// Most threads per plane of a `Planes` launch (rows of `tile_h` by [`PLANE_PX`] outputs): four
-/// planes of them fill the largest block, 256 threads.
+/// planes of them fill the largest block, [`PLANES_MAX_BLOCK_THREADS`].
 pub const PLANES_MAX_PLANE_THREADS: usize = 64;
+pub const PLANES_MAX_BLOCK_THREADS: usize = PLANES_QUANTUM as usize * PLANES_MAX_PLANE_THREADS;
 /// Most shared memory a `Planes` block takes (input planes, guards and output stage), so that
 /// several fit an SM.
 pub const PLANES_MAX_SMEM: usize = 64 << 10;
@@ -180,8 +183,8 @@ fn planes_shape(conv: &Conv2d, tile: &DepthwiseTile) -> Option<(usize, usize, us
     // The guards take at most 64 slots; each plane its input and its M output planes.
     let plane_bytes = 4 * (in_plane.checked_add(out_plane * tile.multiplier as usize)?);
     let fit = PLANES_MAX_SMEM.saturating_sub(4 * 64) / plane_bytes;
-    let step = if step * per_plane <= 256 && step <= fit { step } else { quantum };
-    let most = (PLANES_BLOCK_THREADS as usize / per_plane).max(step).min(fit) / step * step;
+    let step = if step * per_plane <= PLANES_MAX_BLOCK_THREADS && step <= fit { step } else { quantum };
+    let most = (PLANES_BLOCK_THREADS / per_plane).max(step).min(fit) / step * step;
     // Every element offset of the blocks' planes, the last block's unused ones too, fits 31 bits.
     let padded = (conv.n.checked_mul(conv.c)?).checked_next_multiple_of(most.max(1))?;
     let elements = padded.checked_mul(in_plane.max(out_plane * tile.multiplier as usize))?;

@@ -18,8 +18,8 @@
 //! - Depthwise layers that the depthwise kernel covers (3x3 ... 9x9, stride 1 or 2, multiplier
 //!   1 or 2): where its tile heuristic takes whole planes per block (3x3, 5x5 and 7x7 on maps up
 //!   to `depthwise::PLANES_MAX_MAP`) to it (on the `depthwise` suite's 14- and 7-wide layers
-//!   1.2-1.9x faster than the direct kernel and the fused FFT, except N = 1 5x5 at stride 2,
-//!   6% behind the fused FFT); on maps of at least [`DEPTHWISE_MIN_MAP`] to it (with its own tile heuristic),
+//!   1.15-1.76x faster than the direct kernel and the fused FFT at N = 32 and 64; at N = 1, 5x5
+//!   stride 2, level with the fused FFT); on maps of at least [`DEPTHWISE_MIN_MAP`] to it (with its own tile heuristic),
 //!   except 7x7 and larger filters over many planes where its whole-rows program does not
 //!   apply, which go to the fused FFT; on smaller
 //!   maps to the fused FFT for 5x5 and larger filters on maps of at least [`FUSED_FFT_MIN_MAP`]

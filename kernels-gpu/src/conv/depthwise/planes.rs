@@ -18,14 +18,12 @@
 //! Grid: x = block of planes. The block program is generic over [`PlaneBlock`], so the host's
 //! tests run it on the CPU with every shared-memory access tracked.
 
-use super::DepthwiseOut;
+use super::TileBlock;
 use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
 
 /// Adjacent output columns per thread.
 pub const PLANE_PX: usize = 4;
-/// Threads per block the launcher aims at (fewer where the launch would have too few blocks).
-pub const PLANES_BLOCK_THREADS: u32 = 128;
 /// The block's planes are a multiple of this, so that every block's input and output ranges
 /// start 16-byte aligned.
 pub const PLANES_QUANTUM: u32 = 4;
@@ -104,31 +102,15 @@ impl PlanesLayout {
     }
 }
 
-/// What the program touches, and how a block's threads run it.
-pub trait PlaneBlock: DepthwiseOut {
+/// What the program touches beyond a tiles block's copies, shared loads, barrier and stores
+/// ([`TileBlock`]): a block of a launch-time thread count, taps read directly, the output stage.
+pub trait PlaneBlock: TileBlock {
     /// Runs `f(self, thread)` for every one of the block's `threads`.
-    fn each_thread(&mut self, threads: u32, f: impl FnMut(&mut Self, u32));
-    /// Every thread's earlier shared-memory accesses happen before any later one.
-    fn barrier(&mut self);
-    /// Starts copying input elements `offset .. offset + 4` to slots `slot .. slot + 4`, or
-    /// zeros where `inside` is false (`offset` is then 0); both multiples of 4. Complete after
-    /// [`Self::wait_copies`] and a barrier.
-    fn copy_x4(&mut self, slot: u32, offset: u64, inside: bool);
-    /// [`Self::copy_x4`] of one element.
-    fn copy_x(&mut self, slot: u32, offset: u64, inside: bool);
-    /// Waits for this thread's copies.
-    fn wait_copies(&mut self);
+    fn each_thread_of(&mut self, threads: u32, f: impl FnMut(&mut Self, u32));
     /// Filter element `offset`.
     fn tap(&mut self, offset: u64) -> f32;
-    fn load(&mut self, slot: u32) -> f32;
-    /// Slots `slot .. slot + 4`; `slot` a multiple of 4.
-    fn load4(&mut self, slot: u32) -> [f32; 4];
     /// Writes `v` to `slot` where `store` (predicated, not branched around).
     fn stage(&mut self, store: bool, slot: u32, v: f32);
-    /// Output `offset`, where `store`.
-    fn write_y(&mut self, store: bool, offset: u64, v: f32);
-    /// Element `offset` of the epilogue's residual where `load`, else 0.
-    fn residual(&mut self, load: bool, offset: u64) -> f32;
 }
 
 /// The block program of block `block`, for filter `K`, stride `ST`, multiplier `M`, `RY`
@@ -158,7 +140,7 @@ pub fn planes<
     let threads = p.threads;
 
     // 1. The planes (zeros past the tensor's end) and the zero guards into shared memory.
-    b.each_thread(
+    b.each_thread_of(
         threads,
         #[inline(always)]
         |b, t| {
@@ -191,7 +173,7 @@ pub fn planes<
     b.barrier();
 
     // 2. Each thread: RY rows of PLANE_PX outputs of one plane, into the output stage.
-    b.each_thread(
+    b.each_thread_of(
         threads,
         #[inline(always)]
         |b, t| {
@@ -252,7 +234,7 @@ pub fn planes<
     b.barrier();
 
     // 3. The block's outputs, contiguous, in 16-byte pieces through the epilogue.
-    b.each_thread(
+    b.each_thread_of(
         threads,
         #[inline(always)]
         |b, t| {
@@ -346,28 +328,8 @@ pub(super) mod device {
 
     impl PlaneBlock for GpuDepthwise {
         #[inline(always)]
-        fn each_thread(&mut self, _: u32, mut f: impl FnMut(&mut Self, u32)) {
+        fn each_thread_of(&mut self, _: u32, mut f: impl FnMut(&mut Self, u32)) {
             f(self, thread_idx_x());
-        }
-
-        #[inline(always)]
-        fn barrier(&mut self) {
-            sync_threads();
-        }
-
-        #[inline(always)]
-        fn copy_x4(&mut self, slot: u32, offset: u64, inside: bool) {
-            cp_async_f32x4(self.smem + 4 * slot, self.x + 4 * offset, if inside { 16 } else { 0 });
-        }
-
-        #[inline(always)]
-        fn copy_x(&mut self, slot: u32, offset: u64, inside: bool) {
-            cp_async_f32(self.smem + 4 * slot, self.x + 4 * offset, if inside { 4 } else { 0 });
-        }
-
-        #[inline(always)]
-        fn wait_copies(&mut self) {
-            cp_async_wait_all();
         }
 
         #[inline(always)]
@@ -376,28 +338,8 @@ pub(super) mod device {
         }
 
         #[inline(always)]
-        fn load(&mut self, slot: u32) -> f32 {
-            ld_shared_f32(self.smem + 4 * slot)
-        }
-
-        #[inline(always)]
-        fn load4(&mut self, slot: u32) -> [f32; 4] {
-            ld_shared_f32x4(self.smem + 4 * slot)
-        }
-
-        #[inline(always)]
         fn stage(&mut self, store: bool, slot: u32, v: f32) {
             st_shared_f32_if(store, self.smem + 4 * slot, v);
-        }
-
-        #[inline(always)]
-        fn write_y(&mut self, store: bool, offset: u64, v: f32) {
-            stg_f32_if(store, self.y + 4 * offset, v);
-        }
-
-        #[inline(always)]
-        fn residual(&mut self, load: bool, offset: u64) -> f32 {
-            ldg_nc_f32_if(load, to_global(self.epilogue.residual) + 4 * offset)
         }
     }
 }
