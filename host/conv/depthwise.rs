@@ -229,7 +229,7 @@ pub fn planes_params(
         out_plane: u(out_plane),
         x_len: u(geom.x_len),
         y_len: u(geom.y_len),
-        out_slot: layout.out_slot,
+        _pad: 0,
         plane_slots: magic(block_planes),
         row_blocks: magic(geom.out_h.div_ceil(tile.tile_h as usize)),
         channels: magic(conv.c),

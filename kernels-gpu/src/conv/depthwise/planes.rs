@@ -54,8 +54,9 @@ pub struct DepthwisePlanesParams {
     /// Elements of the input and the output tensors.
     pub x_len: u32,
     pub y_len: u32,
-    /// First shared-memory slot of the output stage ([`PlanesLayout::out_slot`]).
-    pub out_slot: u32,
+    /// Keeps the struct free of implicit padding (the kernel derives its shared-memory layout,
+    /// [`PlanesLayout`], from the fields above and its variant).
+    pub _pad: u32,
     /// Divides a thread by `block_planes`: (strip and row block, plane).
     pub plane_slots: MagicDiv,
     /// Divides by a plane's row blocks, `ceil(out_h / RY)`: (strip, row block).
