@@ -217,9 +217,8 @@ fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
 /// - `Pointwise` for 1 x 1 matrices;
 /// - `Register` for packed interleaved 2 x 2 products;
 /// - where C has one or two columns and at least 16 rows (matrix times vector): `Dot` where
-///   A is stored with k contiguous (op T or C), else `Element`, for interleaved storage four
-///   rows per thread where 128 divides the rows (dealt out over the warp) and the launch
-///   fills two waves of blocks, else two;
+///   A is stored with k contiguous (op T or C), else `Element`, two rows per thread for
+///   interleaved storage;
 /// - `Tensor` where k is at least 8 and C has at least 16 rows and 16 columns, 24 rows and 8
 ///   columns, or 8 rows and 64 columns ([`tensor_tile`]);
 /// - `Large` 1 x 4 where C has 8 to 16 rows and at least 64 columns (k under 8);
@@ -243,17 +242,11 @@ pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
         if cm.op_a != Op::N {
             return cgemm_tile(Family::Dot, 1, 1, kc).expect("CGEMM_TILES has the Dot kernel");
         }
-        // Four rows per thread (86 registers: two blocks per SM) only where the launch still
-        // fills two such waves of the H200's 132 SMs, or its last wave's tail costs more than
-        // the fewer loads save (measured: 256 x 256 times a vector, 2664 of them, 1-2% faster
-        // on four rows; 512 x 512, 700 of them, 8% slower).
-        const FOUR_ROW_ITEMS: usize = 2 * 2 * 132 * CGEMM_THREADS as usize;
-        let rows = match (planar, m % 128 == 0 && cm.batch * m / 4 >= FOUR_ROW_ITEMS) {
-            (true, _) => 1,
-            (false, true) => 4,
-            (false, false) => 2,
-        };
-        return cgemm_tile(Family::Element, rows, 1, kc).expect("CGEMM_TILES has Element 1, 2 and 4 x 1");
+        // Two rows per thread: in 64-thread blocks level with four (H200, 256 x 256 times a
+        // vector, 2664 of them: 0.3200 against 0.3196 ms) and ahead of it on 512 x 512 (700 of
+        // them: 0.3394 against 0.3408).
+        let rows = if planar { 1 } else { 2 };
+        return cgemm_tile(Family::Element, rows, 1, kc).expect("CGEMM_TILES has Element 1 and 2 x 1");
     }
     if !planar {
         if let Some(tile) = cgemm_tile(Family::Register, m as u32, n as u32, kc)
@@ -645,10 +638,10 @@ fn launch(
         (p.a_len, p.b_len) = (lengths[0], lengths[1]);
         p.planar = planar as u32;
         set_pairs(&mut p);
-        // An Element block covers 256 items (outputs), a Dot block one per warp; the others
-        // one at a time.
+        // An Element, Pointwise or Register block covers an item per thread, a Dot block one
+        // per warp; the others one at a time.
         let blocks = match tile.family {
-            Family::Element | Family::Pointwise | Family::Register => items.div_ceil(CGEMM_THREADS),
+            Family::Element | Family::Pointwise | Family::Register => items.div_ceil(tile.threads()),
             Family::Dot => items.div_ceil(CGEMM_THREADS / DOT_LANES),
             _ => items.min(resident),
         };

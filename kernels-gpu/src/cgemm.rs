@@ -45,8 +45,14 @@ impl Op {
     pub const ALL: [Op; 3] = [Op::N, Op::T, Op::C];
 }
 
-/// Threads per block.
+/// Threads per block (`Element`: [`ELEMENT_THREADS`]; `Tensor`: its warps').
 pub const CGEMM_THREADS: u32 = 256;
+/// Threads per `Element` block. Small blocks: a matrix-vector product is a stream of reads,
+/// and a block's registers and warp slots go back to the SM as soon as its two warps are done,
+/// not when the slowest of eight is (H200, 2664 products of 256 x 256 by a vector:
+/// `element_t2x1` 0.3340 ms in 256-thread blocks, 0.3200 in 64-thread blocks, 0.3212 in
+/// 32-thread ones; cuBLAS's gemv 0.3235).
+pub const ELEMENT_THREADS: u32 = 64;
 /// Threads along each side of one matrix's tile at most: a tile spans up to `16·TM x 16·TN`.
 pub const MAX_THREADS_PER_SIDE: u32 = 16;
 /// Complex elements each thread stages per step: the register buffer that holds the next
@@ -86,8 +92,8 @@ pub enum Family {
     /// (whether k is contiguous in each); interleaved storage.
     Large,
     /// `TM` outputs of a column per thread, operands read through L1 (no shared memory), 8
-    /// k-steps in flight (4 for four rows): matrix-vector shapes (C with one or two columns),
-    /// where a tile would idle threads.
+    /// k-steps in flight, blocks of [`ELEMENT_THREADS`]: matrix-vector shapes (C with one or
+    /// two columns), where a tile would idle threads.
     Element,
     /// One output per warp, the lanes along k and their sums added by shuffles: the
     /// matrix-vector shapes whose A is stored with k contiguous (op T or C), where one
@@ -142,9 +148,10 @@ impl CgemmTile {
 
     /// Threads per block.
     pub const fn threads(&self) -> u32 {
-        match self.mma {
-            Some(mma) => mma.threads(),
-            None => CGEMM_THREADS,
+        match (self.mma, self.family) {
+            (Some(mma), _) => mma.threads(),
+            (None, Family::Element) => ELEMENT_THREADS,
+            (None, _) => CGEMM_THREADS,
         }
     }
 }
@@ -229,7 +236,7 @@ cgemm_tiles!(
         (cgemm_whole_t4x2, Whole, 4, 2, whole::<4, 2>),
         (cgemm_element, Element, 1, 1, element::<1, 8>),
         (cgemm_element_t2x1, Element, 2, 1, element::<2, 8>),
-        (cgemm_element_t4x1, Element, 4, 1, element::<4, 4>),
+        (cgemm_element_t4x1, Element, 4, 1, element::<4, 8>),
         (cgemm_dot, Dot, 1, 1, dot),
         (cgemm_pointwise, Pointwise, 1, 1, pointwise),
         (cgemm_register_2x2, Register, 2, 2, register::<2>),
@@ -870,8 +877,8 @@ impl CgemmParams {
 #[allow(clippy::needless_range_loop)]
 mod kernel {
     use super::{
-        BlockCoords, CGEMM_THREADS, CgemmParams, Complex32, DOT_LANES, LARGE_BK, Op, POINTWISE_BATCHES, STAGE_SLOTS,
-        ThreadCoords, VerbatimCopy, WHOLE_PAIRS, WHOLE_STAGE, WHOLE_STAGES,
+        BlockCoords, CGEMM_THREADS, CgemmParams, Complex32, DOT_LANES, ELEMENT_THREADS, LARGE_BK, Op,
+        POINTWISE_BATCHES, STAGE_SLOTS, ThreadCoords, VerbatimCopy, WHOLE_PAIRS, WHOLE_STAGE, WHOLE_STAGES,
     };
     use crate::prelude::*;
 
@@ -1349,7 +1356,7 @@ mod kernel {
     /// 16-byte load where A's rows are contiguous and their pairs aligned (`a_pairs`), the rows
     /// dealt out over the warp where [`CgemmParams::element_row`] can.
     pub unsafe fn element<const ROWS: usize, const UNROLL: usize>(p: &CgemmParams) {
-        let item = block_idx_x() * CGEMM_THREADS + thread_idx_x();
+        let item = block_idx_x() * ELEMENT_THREADS + thread_idx_x();
         if item >= p.items {
             return;
         }
