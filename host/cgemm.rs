@@ -629,7 +629,7 @@ fn launch(
         shape(g, tile).ok_or_else(|| Error::invalid("tile", format!("{} does not compute this problem", tile.name)))?;
     // Whole blocks walk their items grid-stride: as many as the SMs hold at once.
     let resident = match tile.family {
-        Family::Whole => gpu.resident_blocks(tile.name, CGEMM_THREADS, shape.smem_bytes())?.max(1) * gpu.sm_count(),
+        Family::Whole => gpu.resident_blocks(tile.name, tile.threads(), shape.smem_bytes())?.max(1) * gpu.sm_count(),
         _ => u32::MAX,
     };
     for (first, count, items) in launches(g, &shape) {

@@ -16,8 +16,7 @@ use convkit::{
 };
 use kernels_gpu::{
     cgemm::{
-        CGEMM_THREADS, CgemmShape, DOT_LANES, LARGE_BK, MmaTile, STAGE_ELEMENTS, ThreadCoords, WHOLE_STAGE,
-        large_element,
+        CGEMM_THREADS, CgemmShape, DOT_LANES, LARGE_BK, MmaTile, STAGE_ELEMENTS, ThreadCoords, large_element,
         tensor::{STAGES, split_tf32},
     },
     random::mix,
@@ -133,7 +132,8 @@ fn emulate_whole(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Compl
     let (tm, tn) = (tile.tm, tile.tn);
     let mut written = vec![0u8; c.len()];
     let input = c.to_vec();
-    let threads: Vec<_> = (0..CGEMM_THREADS).map(|t| shape_thread(&shape, t)).collect();
+    let threads: Vec<_> = (0..tile.threads()).map(|t| shape_thread(&shape, t)).collect();
+    let stage = tile.whole.expect("a Whole variant has its block").stage();
     for (first, count, items) in cgemm::launches(g, &shape) {
         let mut p = cgemm::params(g, &shape, case.alpha, case.beta, first, count);
         (p.a_len, p.b_len) = (a.len() as u64, b.len() as u64);
@@ -142,7 +142,7 @@ fn emulate_whole(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Compl
             let copies = p.whole_copies(at);
             let matrices = p.whole_matrices(at);
             // One stage: pair q of both copies together at slots 2q and 2q + 1.
-            let mut smem = vec![Complex32::new(f32::NAN, f32::NAN); WHOLE_STAGE as usize];
+            let mut smem = vec![Complex32::new(f32::NAN, f32::NAN); stage as usize];
             let mut region = 0usize;
             let mut bases = [0usize; 2];
             for (which, (copy, src)) in copies.iter().zip([a, b]).enumerate() {

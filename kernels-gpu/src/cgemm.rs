@@ -63,13 +63,27 @@ pub const STAGE_ELEMENTS: u32 = STAGE_SLOTS * CGEMM_THREADS;
 /// Work items (block tiles) one launch covers at most.
 pub const MAX_ITEMS: u64 = (1 << 31) - 1;
 
-/// Aligned pairs of elements each thread copies per `Whole` item at most.
-pub const WHOLE_PAIRS: u32 = 4;
-/// Slots (complex elements) of one `Whole` stage: an item's copies.
-pub const WHOLE_STAGE: u32 = 2 * WHOLE_PAIRS * CGEMM_THREADS;
-/// Complex elements a `Whole` block copies per item at most (both operands), each operand's
-/// copy rounded out to aligned pairs within one stage.
-pub const WHOLE_ELEMENTS: u32 = WHOLE_STAGE - 4;
+/// A `Whole` variant's block: its threads and the aligned pairs of elements each copies per
+/// item at most, which together size its stages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WholeBlock {
+    pub threads: u32,
+    pub pairs: u32,
+}
+
+impl WholeBlock {
+    /// Slots (complex elements) of one stage: an item's copies.
+    pub const fn stage(&self) -> u32 {
+        2 * self.pairs * self.threads
+    }
+
+    /// Complex elements a block copies per item at most (both operands), each operand's copy
+    /// rounded out to aligned pairs within one stage.
+    pub const fn elements(&self) -> u32 {
+        self.stage() - 4
+    }
+}
+
 /// Items a `Whole` block holds in shared memory: the one it computes and the ones whose
 /// copies are in flight.
 pub const WHOLE_STAGES: u32 = 2;
@@ -84,7 +98,7 @@ pub enum Family {
     /// stored footprints verbatim (16-byte `cp.async`, no per-element index math; the next
     /// items' copies in flight while the current one is computed) and read them through the ops.
     /// Interleaved storage, 16-byte-aligned buffers, `m ≤ 16·TM`, `n ≤ 16·TN` and both
-    /// operands of a block within [`WHOLE_ELEMENTS`].
+    /// operands of a block within its [`WholeBlock::elements`].
     Whole,
     /// Large matrices: a `16·TM x 16·TN` tile of one matrix per block on 16 x 16 threads, k in
     /// chunks of [`LARGE_BK`], all of it compile-time: staging addresses computed once per
@@ -138,6 +152,8 @@ pub struct CgemmTile {
     pub k_contiguous: Option<[bool; 2]>,
     /// `Tensor` only: its warps, accumulators and k-chunk.
     pub mma: Option<MmaTile>,
+    /// `Whole` only: its threads and stage.
+    pub whole: Option<WholeBlock>,
 }
 
 impl CgemmTile {
@@ -148,10 +164,11 @@ impl CgemmTile {
 
     /// Threads per block.
     pub const fn threads(&self) -> u32 {
-        match (self.mma, self.family) {
-            (Some(mma), _) => mma.threads(),
-            (None, Family::Element) => ELEMENT_THREADS,
-            (None, _) => CGEMM_THREADS,
+        match (self.mma, self.whole, self.family) {
+            (Some(mma), _, _) => mma.threads(),
+            (_, Some(block), _) => block.threads,
+            (None, None, Family::Element) => ELEMENT_THREADS,
+            (None, None, _) => CGEMM_THREADS,
         }
     }
 }
@@ -163,6 +180,7 @@ impl CgemmTile {
 macro_rules! cgemm_tiles {
     (
         plain: [$(($name:ident, $family:ident, $tm:literal, $tn:literal, $kernel:path)),* $(,)?],
+        whole: [$(($w_name:ident, $w_tm:literal, $w_tn:literal, $w_threads:literal, $w_pairs:literal)),* $(,)?],
         large: [$(([$l_mn:ident, $l_mk:ident, $l_kn:ident, $l_kk:ident], $l_tm:literal, $l_tn:literal)),* $(,)?],
         tensor: [$(
             ([$t_mn:ident, $t_mk:ident, $t_kn:ident, $t_kk:ident],
@@ -173,6 +191,11 @@ macro_rules! cgemm_tiles {
         pub const CGEMM_TILES: &[CgemmTile] = &[
             $(CgemmTile {
                 name: stringify!($name), family: Family::$family, tm: $tm, tn: $tn, k_contiguous: None, mma: None,
+                whole: None,
+            },)*
+            $(CgemmTile {
+                name: stringify!($w_name), family: Family::Whole, tm: $w_tm, tn: $w_tn, k_contiguous: None, mma: None,
+                whole: Some(WholeBlock { threads: $w_threads, pairs: $w_pairs }),
             },)*
             $(
                 layout_tile(stringify!($l_mn), Family::Large, $l_tm, $l_tn, [false, false], None),
@@ -197,6 +220,7 @@ macro_rules! cgemm_tiles {
             use super::kernel::*;
             use super::tensor::device::tensor;
             $(cgemm_tiles!(@entry $name, $kernel);)*
+            $(cgemm_tiles!(@entry $w_name, whole::<$w_tm, $w_tn, $w_threads, $w_pairs>);)*
             $(cgemm_tiles!(@layouts [$l_mn, $l_mk, $l_kn, $l_kk], large, [$l_tm, $l_tn]);)*
             $(cgemm_tiles!(@layouts [$t_mn, $t_mk, $t_kn, $t_kk], tensor, [$wr, $wc, $mt, $nt, $kb, $one]);)*
         }
@@ -226,20 +250,25 @@ cgemm_tiles!(
         (cgemm_t4x1, Tiled, 4, 1, tiled::<4, 1>),
         (cgemm_t4x2, Tiled, 4, 2, tiled::<4, 2>),
         (cgemm_t4x4, Tiled, 4, 4, tiled::<4, 4>),
-        (cgemm_whole_t1x1, Whole, 1, 1, whole::<1, 1>),
-        (cgemm_whole_t1x2, Whole, 1, 2, whole::<1, 2>),
-        (cgemm_whole_t1x4, Whole, 1, 4, whole::<1, 4>),
-        (cgemm_whole_t2x1, Whole, 2, 1, whole::<2, 1>),
-        (cgemm_whole_t2x2, Whole, 2, 2, whole::<2, 2>),
-        (cgemm_whole_t2x4, Whole, 2, 4, whole::<2, 4>),
-        (cgemm_whole_t4x1, Whole, 4, 1, whole::<4, 1>),
-        (cgemm_whole_t4x2, Whole, 4, 2, whole::<4, 2>),
         (cgemm_element, Element, 1, 1, element::<1, 8>),
         (cgemm_element_t2x1, Element, 2, 1, element::<2, 8>),
         (cgemm_element_t4x1, Element, 4, 1, element::<4, 8>),
         (cgemm_dot, Dot, 1, 1, dot),
         (cgemm_pointwise, Pointwise, 1, 1, pointwise),
         (cgemm_register_2x2, Register, 2, 2, register::<2>),
+    ],
+    // Register tile (rows x columns per thread), threads per block, pairs each thread copies
+    // per item: 16 KB stages of 256 threads, ahead of 128- and 64-thread blocks on sq3 to sq12
+    // (H200; benches/NOTES.md, cgemm v10).
+    whole: [
+        (cgemm_whole_t1x1, 1, 1, 256, 4),
+        (cgemm_whole_t1x2, 1, 2, 256, 4),
+        (cgemm_whole_t1x4, 1, 4, 256, 4),
+        (cgemm_whole_t2x1, 2, 1, 256, 4),
+        (cgemm_whole_t2x2, 2, 2, 256, 4),
+        (cgemm_whole_t2x4, 2, 4, 256, 4),
+        (cgemm_whole_t4x1, 4, 1, 256, 4),
+        (cgemm_whole_t4x2, 4, 2, 256, 4),
     ],
     // Register tile (rows x columns per thread).
     large: [
@@ -275,7 +304,7 @@ const fn layout_tile(
     kc: [bool; 2],
     mma: Option<MmaTile>,
 ) -> CgemmTile {
-    CgemmTile { name, family, tm, tn, k_contiguous: Some(kc), mma }
+    CgemmTile { name, family, tm, tn, k_contiguous: Some(kc), mma, whole: None }
 }
 
 /// The variant of `family` with a `tm x tn` register tile (for `Large` and `Tensor`, compiled
@@ -401,8 +430,8 @@ impl CgemmShape {
         }
     }
 
-    /// The shape of a `Whole` variant: the matrices whole (`m ≤ 16·TM`, `n ≤ 16·TN`), as
-    /// many per block as [`WHOLE_ELEMENTS`] hold, given each operand's elements per matrix
+    /// The shape of a `Whole` variant: the matrices whole (`m ≤ 16·TM`, `n ≤ 16·TN`, one
+    /// matrix's threads within the block), as many per block as its stage holds, given each operand's elements per matrix
     /// (its batch stride, 0 when one matrix serves the batch) and the extent of one matrix.
     /// `None` where one matrix of each does not fit.
     #[allow(clippy::too_many_arguments)]
@@ -415,18 +444,21 @@ impl CgemmShape {
         (a_stride, a_extent): (u32, u32),
         (b_stride, b_extent): (u32, u32),
     ) -> Option<CgemmShape> {
+        let Some(block) = tile.whole else {
+            return None;
+        };
         if m > MAX_THREADS_PER_SIDE * tile.tm || n > MAX_THREADS_PER_SIDE * tile.tn {
             return None;
         }
         // A block of `p` matrices copies (p - 1) · stride + extent elements of each operand.
         let (once, per_matrix) = (a_extent + b_extent, a_stride + b_stride);
-        if once > WHOLE_ELEMENTS {
+        let (thread_rows, thread_cols) = (m.div_ceil(tile.tm), n.div_ceil(tile.tn));
+        if once > block.elements() || thread_rows * thread_cols > block.threads {
             return None;
         }
-        let (thread_rows, thread_cols) = (m.div_ceil(tile.tm), n.div_ceil(tile.tn));
         let batch = max(batch, 1);
-        let per_round = min(CGEMM_THREADS / (thread_rows * thread_cols), batch);
-        let fits = match (WHOLE_ELEMENTS - once).checked_div(per_matrix) {
+        let per_round = min(block.threads / (thread_rows * thread_cols), batch);
+        let fits = match (block.elements() - once).checked_div(per_matrix) {
             Some(more) => 1 + more,
             None => batch, // one copy serves every matrix
         };
@@ -551,7 +583,12 @@ impl CgemmShape {
     pub const fn smem_bytes(&self) -> u32 {
         match self.tile.family {
             // A ring of stages, each the footprints of an item's matrices.
-            Family::Whole => return 8 * WHOLE_STAGES * WHOLE_STAGE,
+            Family::Whole => {
+                return match self.tile.whole {
+                    Some(block) => 8 * WHOLE_STAGES * block.stage(),
+                    None => 0,
+                };
+            }
             // Two stages of both chunks.
             Family::Large => return self.stages * 8 * LARGE_BK * (self.a_pitch() + self.b_pitch()),
             Family::Element | Family::Dot | Family::Pointwise | Family::Register => return 0,
@@ -844,7 +881,7 @@ impl CgemmParams {
     }
 
     /// What a `Whole` item at `at` copies of A and of B: its matrices' footprints, from the
-    /// first matrix's start to the last one's end (within `WHOLE_ELEMENTS`, so 32 bits).
+    /// first matrix's start to the last one's end (within a stage, so 32 bits).
     #[inline(always)]
     pub fn whole_copies(&self, at: BlockCoords) -> [VerbatimCopy; 2] {
         let matrices = self.whole_matrices(at);
@@ -878,7 +915,7 @@ impl CgemmParams {
 mod kernel {
     use super::{
         BlockCoords, CGEMM_THREADS, CgemmParams, Complex32, DOT_LANES, ELEMENT_THREADS, LARGE_BK, Op,
-        POINTWISE_BATCHES, STAGE_SLOTS, ThreadCoords, VerbatimCopy, WHOLE_PAIRS, WHOLE_STAGE, WHOLE_STAGES,
+        POINTWISE_BATCHES, STAGE_SLOTS, ThreadCoords, VerbatimCopy, WHOLE_STAGES,
     };
     use crate::prelude::*;
 
@@ -1046,7 +1083,7 @@ mod kernel {
     /// of the two copies together (A's, then B's) lands at `stage + 16 · q`, one `cp.async`
     /// each (8 bytes for a pair that ends past its buffer).
     #[inline(always)]
-    fn whole_copy(p: &CgemmParams, at: BlockCoords, src: [u64; 2], stage: u32) {
+    fn whole_copy<const THREADS: u32, const PAIRS: u32>(p: &CgemmParams, at: BlockCoords, src: [u64; 2], stage: u32) {
         let [a, b] = p.whole_copies(at);
         // B's pair q - a.pairs, addressed from q.
         let starts = [src[0] + 16 * a.first_pair, (src[1] + 16 * b.first_pair).wrapping_sub(16 * a.pairs as u64)];
@@ -1057,8 +1094,8 @@ mod kernel {
                 cp_async_f32x2(slot, source, 8);
             }
         };
-        for u in 0..WHOLE_PAIRS {
-            let q = thread_idx_x() + u * CGEMM_THREADS;
+        for u in 0..PAIRS {
+            let q = thread_idx_x() + u * THREADS;
             if q < a.pairs {
                 copy(starts[0] + 16 * q as u64, q < a.vector_pairs, stage + 16 * q);
             } else if q - a.pairs < b.pairs {
@@ -1070,9 +1107,9 @@ mod kernel {
     /// Conjugates in place the pairs of `copies` (at `stage`) that this thread copied and whose
     /// operand `conj` marks; its own copies are complete and visible to it after the wait.
     #[inline(always)]
-    fn whole_conjugate(copies: &[VerbatimCopy; 2], stage: u32, conj: [bool; 2]) {
-        for u in 0..WHOLE_PAIRS {
-            let q = thread_idx_x() + u * CGEMM_THREADS;
+    fn whole_conjugate<const THREADS: u32, const PAIRS: u32>(copies: &[VerbatimCopy; 2], stage: u32, conj: [bool; 2]) {
+        for u in 0..PAIRS {
+            let q = thread_idx_x() + u * THREADS;
             let mine = if q < copies[0].pairs { conj[0] } else { q - copies[0].pairs < copies[1].pairs && conj[1] };
             if mine {
                 let [re0, im0, re1, im1] = ld_shared_f32x4(stage + 16 * q);
@@ -1085,8 +1122,8 @@ mod kernel {
     /// copied verbatim by `cp.async` into a ring of [`WHOLE_STAGES`] stages, the next
     /// `WHOLE_STAGES - 1` items' copies in flight while each thread's register tile of the
     /// current one is read through the ops from shared memory.
-    pub unsafe fn whole<const TM: usize, const TN: usize>(p: &CgemmParams) {
-        const STAGE_BYTES: u32 = 8 * WHOLE_STAGE;
+    pub unsafe fn whole<const TM: usize, const TN: usize, const THREADS: u32, const PAIRS: u32>(p: &CgemmParams) {
+        let stage_bytes = 8 * 2 * PAIRS * THREADS;
         let mut item = block_idx_x();
         if item >= p.items {
             return;
@@ -1118,7 +1155,7 @@ mod kernel {
         let mut ahead = item;
         for s in 0..WHOLE_STAGES - 1 {
             if ahead < p.items {
-                whole_copy(p, p.item_coords(ahead), src, smem + s * STAGE_BYTES);
+                whole_copy::<THREADS, PAIRS>(p, p.item_coords(ahead), src, smem + s * stage_bytes);
             }
             cp_async_commit();
             ahead += grid_dim_x();
@@ -1127,16 +1164,16 @@ mod kernel {
         loop {
             let at = p.item_coords(item);
             let copies = p.whole_copies(at);
-            let here = smem + stage * STAGE_BYTES;
+            let here = smem + stage * stage_bytes;
             cp_async_wait_group::<{ WHOLE_STAGES - 2 }>();
             if conj[0] || conj[1] {
-                whole_conjugate(&copies, here, conj);
+                whole_conjugate::<THREADS, PAIRS>(&copies, here, conj);
             }
             sync_threads();
             // Every thread is past the item before: its stage takes the copy furthest ahead.
             let free = if stage == 0 { WHOLE_STAGES - 1 } else { stage - 1 };
             if ahead < p.items {
-                whole_copy(p, p.item_coords(ahead), src, smem + free * STAGE_BYTES);
+                whole_copy::<THREADS, PAIRS>(p, p.item_coords(ahead), src, smem + free * stage_bytes);
             }
             cp_async_commit();
             ahead += grid_dim_x();
