@@ -90,11 +90,13 @@ fn every_activation_with_bias_residual_and_shuffle_in_every_family() {
     let mut checker = Checker::new(&gpu, 256 << 20, 0.0).unwrap();
     // Direct and tensor-core kernels (grouped, several outputs per group), the depthwise kernel
     // with a channel multiplier of 2 (the shuffle moves its channels), and a large depthwise
-    // filter (the FFT paths, through the stand-alone pass); channels last, grouped: the
+    // filter (the FFT paths, through the stand-alone pass); the depthwise planes program (14 x
+    // 14 maps, which adds the bias before its output stage); channels last, grouped: the
     // tensor-core kernel's NHWC tiles (the only family of ours that reads it).
     let shapes = [
         "n=2,c=48,h=13,w=17,k=72,r=3,s=3,pad=1,groups=3",
         "n=3,c=12,h=20,w=24,k=24,r=3,s=3,pad=1,stride=2,groups=12",
+        "n=3,c=10,h=14,w=14,k=20,r=3,s=3,pad=1,groups=10",
         "n=2,c=8,h=40,w=36,k=8,r=15,s=15,pad=7,groups=8",
         "n=2,c=48,h=13,w=17,k=72,r=3,s=3,pad=1,groups=3,layout=nhwc",
     ];
@@ -110,6 +112,7 @@ fn every_activation_with_bias_residual_and_shuffle_in_every_family() {
             assert!(r.passed(), "{shape} with {}: worst ratio {:.2}", case.epilogue, r.worst_ratio());
             assert!(families.len() >= families_expected, "{shape}: only {families:?} ran");
             assert!(r.variants.iter().any(|v| v.tile.starts_with("igemm")) || conv.r > 3, "{shape}: {families:?}");
+            assert!(conv.h != 14 || r.variants.iter().any(|v| v.tile.contains("planes")), "{shape}: {families:?}");
         }
     }
 }

@@ -298,8 +298,15 @@ impl EpilogueParams {
     /// [`Self::mode`]; not [`PLAIN`]).
     #[inline(always)]
     pub fn apply_in<const MODE: u32>(&self, v: f32, bias: f32, residual: f32) -> f32 {
+        self.activate_in::<MODE>(v + bias) + residual
+    }
+
+    /// The activation alone in a store of mode `MODE` (not [`PLAIN`]): for kernels that add
+    /// the bias where their sums are and apply the rest at the store.
+    #[inline(always)]
+    pub fn activate_in<const MODE: u32>(&self, x: f32) -> f32 {
         let bounds = [f32::from_bits(self.low), f32::from_bits(self.high)];
-        activate::<MODE>(v + bias, bounds, self.activation == Activation::GeluTanh as u32) + residual
+        activate::<MODE>(x, bounds, self.activation == Activation::GeluTanh as u32)
     }
 
     /// Whether every output channel is stored where it is (the groups' order, or a shuffle

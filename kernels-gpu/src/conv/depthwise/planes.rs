@@ -9,7 +9,11 @@
 //!    plane, input row by input row: a row's window of `(PLANE_PX - 1)·ST + K` values is read
 //!    once (columns outside the map selected to zero) and added into every output row it feeds,
 //!    with all `K x K` taps in registers. The sums go to an output stage in shared memory.
-//! 3. The block writes its contiguous output range in 16-byte stores, through the epilogue.
+//! 3. The block writes its contiguous output range in 16-byte stores.
+//!
+//! The epilogue's bias is added in step 2, where a thread's sums share one output channel (one
+//! bias load per thread, not one per element at the store); step 3 applies the activation, adds
+//! a residual and moves shuffled channels.
 //!
 //! A thread's place is `(strip · row_blocks + row_block) · block_planes + plane`: the block's
 //! planes vary fastest across a warp, so a warp's shared-memory reads start one plane apart
@@ -20,6 +24,7 @@
 
 use super::TileBlock;
 use crate::MagicDiv;
+use crate::conv::epilogue::PLAIN;
 use bytemuck::{Pod, Zeroable};
 
 /// Adjacent output columns per thread.
@@ -184,12 +189,17 @@ pub fn planes<
             // stage slot that a 16-byte read of the last outputs touches is then written.
             let channel = p.channels.div_rem(first + slot).1;
             let mut w = [[[0.0f32; K]; K]; M];
+            let mut bias = [0.0f32; M];
             for m in 0..M {
-                let filter = (channel * M as u32 + m as u32) as u64 * (K * K) as u64;
+                let k = channel * M as u32 + m as u32;
+                let filter = k as u64 * (K * K) as u64;
                 for r in 0..K {
                     for s in 0..K {
                         w[m][r][s] = b.tap(filter + (r * K + s) as u64);
                     }
+                }
+                if MODE != PLAIN {
+                    bias[m] = b.bias(k);
                 }
             }
             let (oy0, ox0) = (row_block * RY as u32, strip * PLANE_PX as u32);
@@ -226,7 +236,8 @@ pub fn planes<
                     for i in 0..PLANE_PX {
                         let ox = ox0 + i as u32;
                         let at = stage + m as u32 * p.out_plane + oy * p.out_w + ox;
-                        b.stage(oy < p.out_h && ox < p.out_w, at, acc[m][r][i]);
+                        let v = if MODE == PLAIN { acc[m][r][i] } else { acc[m][r][i] + bias[m] };
+                        b.stage(oy < p.out_h && ox < p.out_w, at, v);
                     }
                 }
             }
@@ -234,7 +245,7 @@ pub fn planes<
     );
     b.barrier();
 
-    // 3. The block's outputs, contiguous, in 16-byte pieces through the epilogue.
+    // 3. The block's outputs, contiguous, in 16-byte pieces through the rest of the epilogue.
     b.each_thread_of(
         threads,
         #[inline(always)]
@@ -250,14 +261,15 @@ pub fn planes<
     );
 }
 
-/// Stores outputs `o .. o + 4` (those before the tensor's end) through the epilogue of mode
-/// `MODE` ([`crate::by_mode`]).
+/// Stores staged outputs `o .. o + 4` (those before the tensor's end, their bias added) through
+/// the activation of mode `MODE` ([`crate::by_mode`]) and the residual.
 #[allow(clippy::needless_range_loop)] // several arrays in lockstep, fully unrolled
 #[inline(always)]
 fn store4<const MODE: u32, B: PlaneBlock>(b: &mut B, p: &DepthwisePlanesParams, o: u32, v: [f32; 4]) {
-    use super::super::epilogue::PLAIN;
     let whole = p.y_len - o >= 4;
-    if MODE == PLAIN {
+    let ep = &p.epilogue;
+    let v = if MODE == PLAIN { v } else { v.map(|x| ep.activate_in::<MODE>(x)) };
+    if MODE == PLAIN || (ep.residual == 0 && ep.keeps_order()) {
         if whole {
             b.write_y4(true, o as u64, v);
         } else {
@@ -267,14 +279,16 @@ fn store4<const MODE: u32, B: PlaneBlock>(b: &mut B, p: &DepthwisePlanesParams, 
         }
         return;
     }
-    let ep = &p.epilogue;
+    if whole && ep.keeps_order() {
+        let res = b.residual4(ep.residual != 0, o as u64);
+        b.write_y4(true, o as u64, core::array::from_fn(|i| v[i] + res[i]));
+        return;
+    }
     // Pixel, image and output channel of each element, stepped on from the first's.
     let (plane, mut pixel) = p.out_planes.div_rem(o);
     let (mut image, mut k) = p.out_channels.div_rem(plane);
-    let mut bias = [0.0f32; 4];
     let mut to = [0u32; 4];
     for i in 0..4 {
-        bias[i] = b.bias(k);
         to[i] = if ep.keeps_order() {
             o + i as u32
         } else {
@@ -287,15 +301,10 @@ fn store4<const MODE: u32, B: PlaneBlock>(b: &mut B, p: &DepthwisePlanesParams, 
         let next_image = k == p.out_channels.divisor;
         (k, image) = if next_image { (0, image + 1) } else { (k, image) };
     }
-    if whole && ep.keeps_order() {
-        let res = b.residual4(ep.residual != 0, o as u64);
-        b.write_y4(true, o as u64, core::array::from_fn(|i| ep.apply_in::<MODE>(v[i], bias[i], res[i])));
-    } else {
-        for i in 0..4 {
-            let live = o + (i as u32) < p.y_len;
-            let res = b.residual(live && ep.residual != 0, to[i] as u64);
-            b.write_y(live, to[i] as u64, ep.apply_in::<MODE>(v[i], bias[i], res));
-        }
+    for i in 0..4 {
+        let live = o + (i as u32) < p.y_len;
+        let res = b.residual(live && ep.residual != 0, to[i] as u64);
+        b.write_y(live, to[i] as u64, v[i] + res);
     }
 }
 
