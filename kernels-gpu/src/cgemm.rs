@@ -431,9 +431,9 @@ impl CgemmShape {
     }
 
     /// The shape of a `Whole` variant: the matrices whole (`m ≤ 16·TM`, `n ≤ 16·TN`, one
-    /// matrix's threads within the block), as many per block as its stage holds, given each operand's elements per matrix
-    /// (its batch stride, 0 when one matrix serves the batch) and the extent of one matrix.
-    /// `None` where one matrix of each does not fit.
+    /// matrix's threads within the block), as many per block as its stage holds, given each
+    /// operand's elements per matrix (its batch stride, 0 when one matrix serves the batch) and
+    /// the extent of one matrix. `None` where one matrix of each does not fit.
     #[allow(clippy::too_many_arguments)]
     pub const fn whole(
         tile: CgemmTile,
@@ -915,7 +915,7 @@ impl CgemmParams {
 mod kernel {
     use super::{
         BlockCoords, CGEMM_THREADS, CgemmParams, Complex32, DOT_LANES, ELEMENT_THREADS, LARGE_BK, Op,
-        POINTWISE_BATCHES, STAGE_SLOTS, ThreadCoords, VerbatimCopy, WHOLE_STAGES,
+        POINTWISE_BATCHES, STAGE_SLOTS, ThreadCoords, VerbatimCopy, WHOLE_STAGES, WholeBlock,
     };
     use crate::prelude::*;
 
@@ -1123,7 +1123,7 @@ mod kernel {
     /// `WHOLE_STAGES - 1` items' copies in flight while each thread's register tile of the
     /// current one is read through the ops from shared memory.
     pub unsafe fn whole<const TM: usize, const TN: usize, const THREADS: u32, const PAIRS: u32>(p: &CgemmParams) {
-        let stage_bytes = 8 * 2 * PAIRS * THREADS;
+        let stage_bytes = 8 * WholeBlock { threads: THREADS, pairs: PAIRS }.stage();
         let mut item = block_idx_x();
         if item >= p.items {
             return;
