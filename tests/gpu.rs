@@ -291,7 +291,7 @@ fn tensor_core_variants_write_all_of_their_output_and_nothing_else() {
         "n=1,c=70000,h=3,w=3,k=70000,r=3,s=3,pad=1,groups=70000",
         // Output rows a multiple of 4 wide (the spatial tiles' vector stores), ragged tiles.
         "n=2,c=64,h=20,w=28,k=64,r=3,s=3,pad=1,groups=4",
-        // Channels last (the NHWC flat tiles): 4-wide groups, 16-byte copies and stores where
+        // Channels last (the NHWC flat and spatial tiles): 4-wide groups, 16-byte copies and stores where
         // y is aligned; 24-wide groups at stride 2; channel counts not a multiple of 4 (4-byte
         // copies, 4-byte stores); 1x1 grouped.
         "n=3,c=32,h=13,w=11,k=32,r=3,s=3,pad=1,groups=8,layout=nhwc",

@@ -1,6 +1,6 @@
 //! Launcher of the grouped implicit GEMM on tensor cores (`kernels-gpu/src/conv/igemm.rs`):
-//! any groups, filter, stride, padding and dilation, NCHW (flat and spatial tiles) or NHWC
-//! (flat tiles, read and written as they are: no transform), in TF32 (the fast class,
+//! any groups, filter, stride, padding and dilation, NCHW or NHWC (flat and spatial tiles in
+//! each, read and written as they are: no transform), in TF32 (the fast class,
 //! PyTorch's default for convolutions) or 3xTF32 (an error near f32's).
 //!
 //! Non-finite inputs: a NaN or infinity may also turn the outputs of the other groups that
@@ -17,7 +17,7 @@ use kernels_gpu::{
     conv::igemm::{
         BLOCK_THREADS, CHANNELS_LAST, IGEMM_FWD_VARIANTS, INPUT_VECTORS, IgemmFwdParams, IgemmPackParams, IgemmTile,
         PACK_KERNEL, PixelTile, Precision, STORE_VECTORS,
-        spatial::{self, IgemmSpatialParams, MAX_HALO_PLANE},
+        spatial::{self, IgemmSpatialParams},
     },
     verify::Tolerance,
 };
@@ -89,7 +89,7 @@ pub const MAX_SPATIAL_SMEM: u32 = 113 * 1024;
 fn layout_mismatch(conv: &Conv2d, tile: &IgemmTile) -> Option<&'static str> {
     match (conv.layout, tile.channels_last) {
         (TensorLayout::Nchw, true) => Some("a channels-last (NHWC) tile on an NCHW layer"),
-        (TensorLayout::Nhwc, false) => Some("an NCHW tile on a channels-last layer (the NHWC ones are flat)"),
+        (TensorLayout::Nhwc, false) => Some("an NCHW tile on a channels-last layer"),
         _ => None,
     }
 }
@@ -169,8 +169,12 @@ impl IgemmShape {
     /// cannot; flat tiles run every such layer.
     pub fn unsupported(&self) -> Option<&'static str> {
         let spatial = self.spatial?;
-        if spatial.halo_h.saturating_mul(spatial.halo_w) > MAX_HALO_PLANE {
-            Some("a tile whose inputs span more than 640 positions (stride or dilation too large)")
+        if spatial.halo_h.saturating_mul(spatial.halo_w) > self.tile.max_halo_plane() {
+            Some(if self.tile.channels_last {
+                "a tile whose inputs span more than 320 positions (stride or dilation too large)"
+            } else {
+                "a tile whose inputs span more than 640 positions (stride or dilation too large)"
+            })
         } else if spatial::smem_bytes(spatial.stage_floats) > MAX_SPATIAL_SMEM {
             Some("the filter taps' weights of a chunk do not fit shared memory twice")
         } else if self.grid[0] * self.grid[1] > u32::MAX as u64 {
@@ -213,7 +217,7 @@ pub fn shape(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> IgemmShape
                 extent(cols, conv.stride[1], conv.s, conv.dilation[1]),
             );
             let taps = (conv.r * conv.s).min(u32::MAX as usize) as u32;
-            let stride = spatial::halo_stride(halo_h.saturating_mul(halo_w).min(MAX_HALO_PLANE + 1));
+            let stride = spatial::halo_stride(halo_h.saturating_mul(halo_w).min(tile.max_halo_plane() + 1));
             let s = SpatialShape {
                 tiles_h: (geom.out_h as u32).div_ceil(rows),
                 tiles_w: (geom.out_w as u32).div_ceil(cols),
@@ -335,12 +339,21 @@ pub fn params(
 
 /// The spatial kernels' parameters for `shape` (a spatial tile's, supported: [`tile_unsupported`])
 /// on `conv`; the addresses are filled in at launch.
-pub fn spatial_params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape) -> IgemmSpatialParams {
+/// `x_aligned`, `y_aligned` as for [`params`] (NHWC: 16-byte input copies of 4 channels, and
+/// 8-byte stores of 2).
+pub fn spatial_params(
+    conv: &Conv2d,
+    geom: &ConvGeometry,
+    shape: &IgemmShape,
+    x_aligned: bool,
+    y_aligned: bool,
+) -> IgemmSpatialParams {
     let s = shape.spatial.expect("a spatial tile's shape");
     let magic = |d: u32| MagicDiv::new(d).expect("validated extents are non-zero");
     let halo_plane = s.halo_h * s.halo_w;
     IgemmSpatialParams {
-        conv: params(conv, geom, shape, false, false),
+        // NCHW tiles store from their accumulators one output at a time: no vectors.
+        conv: params(conv, geom, shape, x_aligned, y_aligned && shape.tile.channels_last),
         out_h: geom.out_h as u32,
         out_w: geom.out_w as u32,
         halo_w: s.halo_w,
@@ -349,7 +362,7 @@ pub fn spatial_params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape) ->
         stage_floats: s.stage_floats,
         work_items: (shape.grid[0] * shape.grid[1]) as u32,
         _pad: 0,
-        pixel_tiles: magic(shape.grid[0] as u32),
+        work_item_div: magic(shape.grid[if shape.tile.channels_last { 1 } else { 0 }] as u32),
         tiles: magic(s.tiles_h * s.tiles_w),
         tile_cols: magic(s.tiles_w),
         halo_w_div: magic(s.halo_w),
@@ -535,7 +548,8 @@ impl IgemmPlan {
                     unsafe { super::launch_split_z(gpu, stream, &grid, p, |p, z| p.z_base = z) }
                 }
                 PixelTile::Spatial { .. } => {
-                    let mut p = spatial_params(&self.conv, &self.geom, &self.shape);
+                    let mut p =
+                        spatial_params(&self.conv, &self.geom, &self.shape, x_ptr.is_multiple_of(16), y_aligned);
                     (p.conv.x, p.conv.w, p.conv.y, p.conv.epilogue) = (x_ptr, w_ptr, y_ptr, ep);
                     // Persistent blocks, each walking the work items a grid apart.
                     let cfg = LaunchConfig {

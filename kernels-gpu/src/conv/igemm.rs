@@ -65,8 +65,8 @@ pub const STAGES: u32 = 3;
 pub const COPY_PIXELS: usize = 2;
 /// Flag: four adjacent outputs may be stored as one 16-byte vector. NCHW: four pixels of one
 /// channel (`out_h * out_w` a multiple of 4, so four pixels from a multiple of 4 on lie in one
-/// image); NHWC: four channels of one pixel (`K` and the block's outputs multiples of 4); `y`
-/// (and a residual) 16-byte aligned.
+/// image); NHWC: four channels of one pixel (`K` and the block's outputs multiples of 4; the
+/// spatial tiles store two); `y` (and a residual) 16-byte aligned.
 pub const STORE_VECTORS: u32 = 1;
 /// Flag: the tensors are NHWC and the filters KRSC (else NCHW and KCRS).
 pub const CHANNELS_LAST: u32 = 2;
@@ -340,8 +340,7 @@ pub struct IgemmTile {
     pub n_tiles: u32,
     /// k8 steps per chunk: `BK = 8 * k_steps` (1 for spatial tiles).
     pub k_steps: u32,
-    /// Whether the kernel reads and writes NHWC tensors with KRSC filters (flat tiles only),
-    /// else NCHW and KCRS.
+    /// Whether the kernel reads and writes NHWC tensors with KRSC filters, else NCHW and KCRS.
     pub channels_last: bool,
 }
 
@@ -664,10 +663,10 @@ macro_rules! igemm_tile {
 macro_rules! igemm_fwd_variants {
     (
         flat: $(($tf:ident, $x3:ident, $ntf:ident, $nx3:ident, $mt:literal, $nt:literal, $ks:literal)),* $(,)?;
-        spatial: $(($stf:ident, $sx3:ident, $smt:literal, $snt:literal, $cols:literal)),* $(,)?
+        spatial: $(($stf:ident, $sx3:ident, $nstf:ident, $nsx3:ident, $smt:literal, $snt:literal, $cols:literal)),* $(,)?
     ) => {
         /// Every variant in the PTX, by entry-point name: each NCHW flat tile in TF32, then in
-        /// 3xTF32; the NHWC flat tiles alike; then the spatial tiles alike.
+        /// 3xTF32; the NHWC flat tiles alike; then the spatial tiles alike (NCHW, NHWC).
         pub const IGEMM_FWD_VARIANTS: &[IgemmTile] = &[
             $(igemm_tile!($tf, false, PixelTile::Flat, $mt, $nt, $ks, false),)*
             $(igemm_tile!($x3, true, PixelTile::Flat, $mt, $nt, $ks, false),)*
@@ -675,6 +674,8 @@ macro_rules! igemm_fwd_variants {
             $(igemm_tile!($nx3, true, PixelTile::Flat, $mt, $nt, $ks, true),)*
             $(igemm_tile!($stf, false, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, false),)*
             $(igemm_tile!($sx3, true, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, false),)*
+            $(igemm_tile!($nstf, false, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, true),)*
+            $(igemm_tile!($nsx3, true, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, true),)*
         ];
 
         #[cfg(target_arch = "nvptx64")]
@@ -686,15 +687,16 @@ macro_rules! igemm_fwd_variants {
                 crate::mode_entry_points!($nx3, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, true, true]);
             )*
             $(
-                crate::mode_entry_points!($stf, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, false]);
-                crate::mode_entry_points!($sx3, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, true]);
+                crate::mode_entry_points!($stf, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, false, false]);
+                crate::mode_entry_points!($sx3, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, true, false]);
+                crate::mode_entry_points!($nstf, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, false, true]);
+                crate::mode_entry_points!($nsx3, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, true, true]);
             )*
         }
     };
 }
 
-// Each tile once, named in both precisions (TF32, 3xTF32); flat tiles also in both layouts
-// (NCHW, NHWC).
+// Each tile once, named in both precisions (TF32, 3xTF32) and both layouts (NCHW, NHWC).
 igemm_fwd_variants!(
     flat:
     (igemm_tf32_m128_n8_k8, igemm_3xtf32_m128_n8_k8, igemm_tf32_nhwc_m128_n8_k8, igemm_3xtf32_nhwc_m128_n8_k8, 2, 1, 1),
@@ -708,18 +710,18 @@ igemm_fwd_variants!(
     // Spatial: rows x columns of pixels (16 x 8 fits 56- and 28-wide maps; 8 x 16 wider rows;
     // 8 x 8 the 14-wide ones), BK = 8.
     spatial:
-    (igemm_tf32_s16x8_n8, igemm_3xtf32_s16x8_n8, 2, 1, 8),
-    (igemm_tf32_s16x8_n16, igemm_3xtf32_s16x8_n16, 2, 2, 8),
-    (igemm_tf32_s16x8_n24, igemm_3xtf32_s16x8_n24, 2, 3, 8),
-    (igemm_tf32_s16x8_n32, igemm_3xtf32_s16x8_n32, 2, 4, 8),
-    (igemm_tf32_s16x8_n56, igemm_3xtf32_s16x8_n56, 2, 7, 8),
-    (igemm_tf32_s16x8_n64, igemm_3xtf32_s16x8_n64, 2, 8, 8),
-    (igemm_tf32_s8x16_n16, igemm_3xtf32_s8x16_n16, 2, 2, 16),
-    (igemm_tf32_s8x16_n32, igemm_3xtf32_s8x16_n32, 2, 4, 16),
-    (igemm_tf32_s8x16_n64, igemm_3xtf32_s8x16_n64, 2, 8, 16),
-    (igemm_tf32_s8x8_n16, igemm_3xtf32_s8x8_n16, 1, 2, 8),
-    (igemm_tf32_s8x8_n32, igemm_3xtf32_s8x8_n32, 1, 4, 8),
-    (igemm_tf32_s8x8_n64, igemm_3xtf32_s8x8_n64, 1, 8, 8),
+    (igemm_tf32_s16x8_n8, igemm_3xtf32_s16x8_n8, igemm_tf32_nhwc_s16x8_n8, igemm_3xtf32_nhwc_s16x8_n8, 2, 1, 8),
+    (igemm_tf32_s16x8_n16, igemm_3xtf32_s16x8_n16, igemm_tf32_nhwc_s16x8_n16, igemm_3xtf32_nhwc_s16x8_n16, 2, 2, 8),
+    (igemm_tf32_s16x8_n24, igemm_3xtf32_s16x8_n24, igemm_tf32_nhwc_s16x8_n24, igemm_3xtf32_nhwc_s16x8_n24, 2, 3, 8),
+    (igemm_tf32_s16x8_n32, igemm_3xtf32_s16x8_n32, igemm_tf32_nhwc_s16x8_n32, igemm_3xtf32_nhwc_s16x8_n32, 2, 4, 8),
+    (igemm_tf32_s16x8_n56, igemm_3xtf32_s16x8_n56, igemm_tf32_nhwc_s16x8_n56, igemm_3xtf32_nhwc_s16x8_n56, 2, 7, 8),
+    (igemm_tf32_s16x8_n64, igemm_3xtf32_s16x8_n64, igemm_tf32_nhwc_s16x8_n64, igemm_3xtf32_nhwc_s16x8_n64, 2, 8, 8),
+    (igemm_tf32_s8x16_n16, igemm_3xtf32_s8x16_n16, igemm_tf32_nhwc_s8x16_n16, igemm_3xtf32_nhwc_s8x16_n16, 2, 2, 16),
+    (igemm_tf32_s8x16_n32, igemm_3xtf32_s8x16_n32, igemm_tf32_nhwc_s8x16_n32, igemm_3xtf32_nhwc_s8x16_n32, 2, 4, 16),
+    (igemm_tf32_s8x16_n64, igemm_3xtf32_s8x16_n64, igemm_tf32_nhwc_s8x16_n64, igemm_3xtf32_nhwc_s8x16_n64, 2, 8, 16),
+    (igemm_tf32_s8x8_n16, igemm_3xtf32_s8x8_n16, igemm_tf32_nhwc_s8x8_n16, igemm_3xtf32_nhwc_s8x8_n16, 1, 2, 8),
+    (igemm_tf32_s8x8_n32, igemm_3xtf32_s8x8_n32, igemm_tf32_nhwc_s8x8_n32, igemm_3xtf32_nhwc_s8x8_n32, 1, 4, 8),
+    (igemm_tf32_s8x8_n64, igemm_3xtf32_s8x8_n64, igemm_tf32_nhwc_s8x8_n64, igemm_3xtf32_nhwc_s8x8_n64, 1, 8, 8),
 );
 
 /// [`PACK_KERNEL`].

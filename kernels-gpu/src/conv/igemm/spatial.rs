@@ -28,15 +28,14 @@
 //! - **Epilogue** straight from the accumulators: a store instruction writes 8 adjacent pixels
 //!   of 4 output channels, four whole 32-byte sectors where rows are 8-aligned.
 
-use super::{BLOCK_THREADS, BlockCoords, IgemmFwdParams, IgemmTile, PixelTile};
+use super::{BLOCK_THREADS, BlockCoords, INPUT_VECTORS, IgemmFwdParams, IgemmTile, PixelTile};
 use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
 
 /// Stages of the pipeline: one computed, one in flight (the kernel toggles between the two).
 pub const STAGES: u32 = 2;
-/// Halo positions a thread owns at most: halo planes of up to `HALO_ROUNDS * BLOCK_THREADS`.
+/// Halo positions a thread owns at most: halo planes of up to [`IgemmTile::max_halo_plane`].
 pub const HALO_ROUNDS: usize = 5;
-pub const MAX_HALO_PLANE: u32 = HALO_ROUNDS as u32 * BLOCK_THREADS;
 /// Channels per chunk.
 pub const BK: u32 = 8;
 /// A halo position outside the input (padding), copied as a zero. A sentinel rather than an
@@ -52,9 +51,10 @@ pub struct IgemmSpatialParams {
     pub out_w: u32,
     /// Input columns under a tile.
     pub halo_w: u32,
-    /// Input positions under a tile: rows times `halo_w`, at most [`MAX_HALO_PLANE`].
+    /// Input positions under a tile: rows times `halo_w`, at most [`IgemmTile::max_halo_plane`].
     pub halo_plane: u32,
-    /// Floats per channel of the halo in a stage.
+    /// Floats per channel of the halo in a stage (NHWC: per position of the `BK` channels
+    /// there, over `BK`).
     pub halo_stride: u32,
     /// Floats per stage: [`IgemmTile::regions`] `* BK * halo_stride + taps *` [`IgemmTile::panel_floats`].
     pub stage_floats: u32,
@@ -62,8 +62,9 @@ pub struct IgemmSpatialParams {
     pub work_items: u32,
     /// Keeps the struct free of implicit padding (a multiple of 8 bytes).
     pub _pad: u32,
-    /// Divides a work item by the pixel tiles of all images: (packed z-index, pixel tile).
-    pub pixel_tiles: MagicDiv,
+    /// Divides a work item into its packed z-index and pixel tile ([`Self::work_item`]): NCHW
+    /// by the pixel tiles of all images, NHWC by the packed z-indices.
+    pub work_item_div: MagicDiv,
     /// Divides a pixel tile by the tiles per image: (image, tile of the image).
     pub tiles: MagicDiv,
     /// Divides a tile of one image by the tile columns: (tile row, tile column).
@@ -84,10 +85,12 @@ pub struct TileOrigin {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TileSource {
     pub block: BlockCoords,
-    /// Element offset of the first channel of the block's groups in the tile's image.
+    /// Element offset of the first channel of the block's groups in the tile's image (NHWC: at
+    /// its pixel 0).
     pub image_plane: u64,
-    /// The thread's halo positions' offsets within an input plane, round `i` holding position
-    /// `thread + 128 i` ([`OUTSIDE`] for padding; unused beyond the halo).
+    /// The input pixels (`ih * in_w + iw`) under the thread's halo positions, round `i`
+    /// holding position [`IgemmTile::halo_position`] ([`OUTSIDE`] for padding; unused beyond
+    /// the halo).
     pub halo: [u32; HALO_ROUNDS],
 }
 
@@ -103,6 +106,31 @@ impl IgemmTile {
     /// Rows of a spatial tile.
     pub const fn rows(&self) -> u32 {
         self.bm() / self.cols()
+    }
+
+    /// Threads that copy one halo position's chunk: NCHW 1 (8 channels, a plane apart); NHWC 2,
+    /// 4 adjacent channels each, so that a warp's copies take 32 bytes of each of 16 pixels
+    /// (each pixel a warp touches is a pass of the L1: the flat NHWC tile's lesson).
+    pub const fn halo_copiers(&self) -> u32 {
+        if self.channels_last { 2 } else { 1 }
+    }
+
+    /// Halo position that `thread` copies in round `i` (with `4 * (thread % 2)` the first of
+    /// its channels for NHWC).
+    #[inline(always)]
+    pub const fn halo_position(&self, thread: u32, i: u32) -> u32 {
+        thread / self.halo_copiers() + i * (BLOCK_THREADS / self.halo_copiers())
+    }
+
+    /// The largest halo the copies cover: [`HALO_ROUNDS`] positions per thread.
+    pub const fn max_halo_plane(&self) -> u32 {
+        HALO_ROUNDS as u32 * BLOCK_THREADS / self.halo_copiers()
+    }
+
+    /// Floats between adjacent halo positions of one channel in a stage: NCHW 1 (a channel's
+    /// halo is a row), NHWC `BK` (a position's channels are adjacent).
+    pub const fn position_floats(&self) -> u32 {
+        if self.channels_last { BK } else { 1 }
     }
 }
 
@@ -122,10 +150,18 @@ pub const fn smem_bytes(stage_floats: u32) -> u32 {
 }
 
 impl IgemmSpatialParams {
-    /// Work item `item`'s block group and column tile, and its pixel tile.
+    /// Work item `item`'s block group and column tile, and its pixel tile. NCHW walks the
+    /// pixel tiles fastest; NHWC the packed z-indices, so that the blocks running at once read
+    /// every channel of their pixels together (a block's channels are 32 bytes of a pixel's
+    /// row: with the pixel tiles fastest, the rest of each row was read from DRAM apart).
     #[inline(always)]
-    pub fn work_item(&self, item: u32) -> (BlockCoords, u32) {
-        let (z, tile) = self.pixel_tiles.div_rem(item);
+    pub fn work_item(&self, t: &IgemmTile, item: u32) -> (BlockCoords, u32) {
+        let (z, tile) = if t.channels_last {
+            let (tile, z) = self.work_item_div.div_rem(item);
+            (z, tile)
+        } else {
+            self.work_item_div.div_rem(item)
+        };
         (self.conv.block_coords(z), tile)
     }
 
@@ -137,7 +173,8 @@ impl IgemmSpatialParams {
         TileOrigin { image, oh0: row * t.rows(), ow0: col * t.cols() }
     }
 
-    /// Offset within an input plane of halo position `q` of the tile at `o`, or [`OUTSIDE`].
+    /// Pixel of an input image (`ih * in_w + iw`) under halo position `q` of the tile at `o`, or
+    /// [`OUTSIDE`].
     #[inline(always)]
     pub fn halo_source(&self, o: &TileOrigin, q: u32) -> u32 {
         let (row, col) = self.halo_w_div.div_rem(q);
@@ -154,24 +191,29 @@ impl IgemmSpatialParams {
     /// Where `thread` copies work item `item` from.
     #[inline(always)]
     pub fn tile_source(&self, t: &IgemmTile, item: u32, thread: u32) -> TileSource {
-        let (block, tile) = self.work_item(item);
+        let (block, tile) = self.work_item(t, item);
         let o = self.origin(t, tile);
         let c = &self.conv;
-        let image_plane =
-            (o.image as u64 * c.channels as u64 + (block.block_group * c.block_channels) as u64) * c.in_plane as u64;
+        let (image, first_channel) =
+            (o.image as u64 * c.channels as u64, (block.block_group * c.block_channels) as u64);
+        let image_plane = if t.channels_last {
+            image * c.in_plane as u64 + first_channel
+        } else {
+            (image + first_channel) * c.in_plane as u64
+        };
         let mut halo = [OUTSIDE; HALO_ROUNDS];
         let mut i = 0;
-        while i < HALO_ROUNDS && thread + i as u32 * BLOCK_THREADS < self.halo_plane {
-            halo[i] = self.halo_source(&o, thread + i as u32 * BLOCK_THREADS);
+        while i < HALO_ROUNDS && t.halo_position(thread, i as u32) < self.halo_plane {
+            halo[i] = self.halo_source(&o, t.halo_position(thread, i as u32));
             i += 1;
         }
         TileSource { block, image_plane, halo }
     }
 
-    /// Calls `copy_x(slot, offset, inside)` for each of `thread`'s input copies of channel
-    /// chunk `cc` of the work item `src` describes (`offset` 0 where `inside` is false, which
-    /// copies a zero) and `copy_w4(slot, offset)` for its 16-byte copies of the chunk's packed
-    /// weights (slots within a stage).
+    /// Calls `copy_x(slot, offset, inside, wide)` for each of `thread`'s input copies of
+    /// channel chunk `cc` of the work item `src` describes (`wide`: 16 bytes, else 4; `offset`
+    /// 0 where `inside` is false, which copies zeros) and `copy_w4(slot, offset)` for its
+    /// 16-byte copies of the chunk's packed weights (slots within a stage).
     #[inline(always)]
     pub fn copy_chunk(
         &self,
@@ -179,38 +221,60 @@ impl IgemmSpatialParams {
         src: &TileSource,
         thread: u32,
         cc: u32,
-        mut copy_x: impl FnMut(u32, u64, bool),
+        mut copy_x: impl FnMut(u32, u64, bool, bool),
         mut copy_w4: impl FnMut(u32, u64),
     ) {
         let c = &self.conv;
         let first = cc * BK;
         let channels = c.block_channels - first;
-        let plane = c.in_plane as u64;
-        let chunk_base = src.image_plane + first as u64 * plane;
         let mut i = 0;
         while i < HALO_ROUNDS {
-            let q = thread + i as u32 * BLOCK_THREADS;
+            let q = t.halo_position(thread, i as u32);
             if q >= self.halo_plane {
                 break;
             }
-            // The position's channels lie one plane apart: one addition per copy, and no
-            // per-copy test where the position and the whole chunk are inside (three loops,
-            // the test outside them).
-            let mut offset = chunk_base + src.halo[i] as u64;
-            if src.halo[i] == OUTSIDE {
-                for k in 0..BK {
-                    copy_x(k * self.halo_stride + q, 0, false);
-                }
-            } else if channels >= BK {
-                for k in 0..BK {
-                    copy_x(k * self.halo_stride + q, offset, true);
-                    offset += plane;
+            let (pixel, outside) = (src.halo[i], src.halo[i] == OUTSIDE);
+            if t.channels_last {
+                // Channels 4h .. 4h + 4 of the position, adjacent: one 16-byte copy where
+                // INPUT_VECTORS allows (then the 4 lie wholly inside or outside the block's
+                // channels), else four 4-byte ones.
+                let first_k = 4 * (thread % 2);
+                let slot = q * BK + first_k;
+                let at = |k: u32| {
+                    let inside = !outside & (k < channels);
+                    let offset = src.image_plane + pixel as u64 * c.channels as u64 + (first + k) as u64;
+                    (if inside { offset } else { 0 }, inside)
+                };
+                if c.flags & INPUT_VECTORS != 0 {
+                    let (offset, inside) = at(first_k);
+                    copy_x(slot, offset, inside, true);
+                } else {
+                    for k in 0..4 {
+                        let (offset, inside) = at(first_k + k);
+                        copy_x(slot + k, offset, inside, false);
+                    }
                 }
             } else {
-                for k in 0..BK {
-                    let inside = k < channels;
-                    copy_x(k * self.halo_stride + q, if inside { offset } else { 0 }, inside);
-                    offset += plane;
+                // The position's channels lie one plane apart: one addition per copy, and no
+                // per-copy test where the position and the whole chunk are inside (three
+                // loops, the test outside them).
+                let plane = c.in_plane as u64;
+                let mut offset = src.image_plane + first as u64 * plane + pixel as u64;
+                if outside {
+                    for k in 0..BK {
+                        copy_x(k * self.halo_stride + q, 0, false, false);
+                    }
+                } else if channels >= BK {
+                    for k in 0..BK {
+                        copy_x(k * self.halo_stride + q, offset, true, false);
+                        offset += plane;
+                    }
+                } else {
+                    for k in 0..BK {
+                        let inside = k < channels;
+                        copy_x(k * self.halo_stride + q, if inside { offset } else { 0 }, inside, false);
+                        offset += plane;
+                    }
                 }
             }
             i += 1;
@@ -229,31 +293,40 @@ impl IgemmSpatialParams {
     /// ([`Self::copy_chunk`]): once they have landed, the same thread may rewrite them (rounded
     /// to TF32) before the barrier that shows them to the others.
     #[inline(always)]
-    pub fn own_slots(&self, thread: u32, mut f: impl FnMut(u32)) {
-        let mut q = thread;
+    pub fn own_slots(&self, t: &IgemmTile, thread: u32, mut f: impl FnMut(u32)) {
+        let mut q = t.halo_position(thread, 0);
         while q < self.halo_plane {
-            let mut k = 0;
-            while k < BK {
-                f(k * self.halo_stride + q);
-                k += 1;
+            if t.channels_last {
+                let first = q * BK + 4 * (thread % 2);
+                let mut k = 0;
+                while k < 4 {
+                    f(first + k);
+                    k += 1;
+                }
+            } else {
+                let mut k = 0;
+                while k < BK {
+                    f(k * self.halo_stride + q);
+                    k += 1;
+                }
             }
-            q += BLOCK_THREADS;
+            q += BLOCK_THREADS / t.halo_copiers();
         }
     }
 
-    /// Halo offset of pixel `m` of the tile (filter tap (0, 0), channel 0).
+    /// Slot offset of pixel `m` of the tile's halo position (filter tap (0, 0), channel 0).
     #[inline(always)]
     pub fn pixel_offset(&self, t: &IgemmTile, m: u32) -> u32 {
         let (row, col) = (m / t.cols(), m % t.cols());
         let w = &self.conv.window;
-        row * w.stride_h * self.halo_w + col * w.stride_w
+        (row * w.stride_h * self.halo_w + col * w.stride_w) * t.position_floats()
     }
 
-    /// Halo offset of filter tap (r, s).
+    /// Slot offset of filter tap (r, s) in the halo.
     #[inline(always)]
-    pub fn tap_offset(&self, r: u32, s: u32) -> u32 {
+    pub fn tap_offset(&self, t: &IgemmTile, r: u32, s: u32) -> u32 {
         let w = &self.conv.window;
-        r * w.dil_h * self.halo_w + s * w.dil_w
+        (r * w.dil_h * self.halo_w + s * w.dil_w) * t.position_floats()
     }
 
     /// The tile's pixel of `lane`'s A element `e` (row g, g + 8, g, g + 8 for e = 0..4) of
@@ -263,17 +336,20 @@ impl IgemmSpatialParams {
         t.warp_row(warp) + 16 * i + lane / 4 + 8 * (e % 2)
     }
 
-    /// Slot of `lane`'s A element `e` (channel t, t, t + 4, t + 4 for e = 0..4) at halo offset 0.
+    /// Slot of `lane`'s A element `e` (k = t, t, t + 4, t + 4 for e = 0..4) at halo offset 0:
+    /// NCHW channel k's row; NHWC channel [`IgemmTile::mma_channel`] (2t or 2t + 1), so that one
+    /// 8-byte load holds a pixel's elements e and e + 2.
     #[inline(always)]
-    pub const fn a_channel(&self, lane: u32, e: u32) -> u32 {
-        (lane % 4 + 4 * (e / 2)) * self.halo_stride
+    pub const fn a_channel(&self, t: &IgemmTile, lane: u32, e: u32) -> u32 {
+        let channel = t.mma_channel(0, lane % 4, e >= 2);
+        if t.channels_last { channel } else { channel * self.halo_stride }
     }
 
     /// Slot of `lane`'s A element `e` of m-tile `i` at the tap whose [`Self::tap_offset`] is
     /// `tap_offset`: what the kernel composes from the parts.
     #[inline(always)]
     pub fn a_slot(&self, t: &IgemmTile, lane: u32, warp: u32, i: u32, e: u32, tap_offset: u32) -> u32 {
-        self.a_channel(lane, e) + self.pixel_offset(t, Self::a_pixel(t, lane, warp, i, e)) + tap_offset
+        self.a_channel(t, lane, e) + self.pixel_offset(t, Self::a_pixel(t, lane, warp, i, e)) + tap_offset
     }
 
     /// Slot of the pair (B(k t, n g), B(k t+4, n g)) of n-tile `j` at filter tap `tap` (its
@@ -302,16 +378,19 @@ impl IgemmSpatialParams {
         BK * self.halo_stride
     }
 
-    /// Offset within an output plane of pixel `m` of the tile at `o`, if inside the output.
+    /// The part of an output's element offset that pixel `m` of the tile at `o` adds, if it is
+    /// inside the output: NCHW its offset in a plane; NHWC that times the output channels.
     #[inline(always)]
-    pub fn output_pixel(&self, t: &IgemmTile, o: &TileOrigin, m: u32) -> Option<u32> {
+    pub fn output_pixel(&self, t: &IgemmTile, o: &TileOrigin, m: u32) -> Option<u64> {
         let (oh, ow) = (o.oh0 + m / t.cols(), o.ow0 + m % t.cols());
-        ((oh < self.out_h) & (ow < self.out_w)).then_some(oh * self.out_w + ow)
+        let pixel = (oh * self.out_w + ow) as u64;
+        let offset = if t.channels_last { pixel * self.conv.out_channels as u64 } else { pixel };
+        ((oh < self.out_h) & (ow < self.out_w)).then_some(offset)
     }
 
     /// Output `column` of `block`'s column tile, if it exists: its channel `k` (in the groups'
-    /// order) and the element offset of the plane of `image` it is stored in by a store of
-    /// epilogue mode `MODE`.
+    /// order) and the element offset, in `image`, of where a store of epilogue mode `MODE`
+    /// puts it, but for [`Self::output_pixel`]'s part.
     #[inline(always)]
     pub fn output_plane<const MODE: u32>(
         &self,
@@ -324,15 +403,17 @@ impl IgemmSpatialParams {
         let column = block.column_tile * t.bn() + column;
         let k = block.block_group * c.block_outputs + column;
         let stored = c.epilogue.stored_channel::<MODE>(k);
-        (column < c.block_outputs)
-            .then(|| (k, (image as u64 * c.out_channels as u64 + stored as u64) * c.out_plane as u64))
+        let (image, stored) = (image as u64 * c.out_channels as u64, stored as u64);
+        let offset =
+            if t.channels_last { image * c.out_plane as u64 + stored } else { (image + stored) * c.out_plane as u64 };
+        (column < c.block_outputs).then_some((k, offset))
     }
 }
 
 #[cfg(target_arch = "nvptx64")]
 pub(crate) mod device {
     use super::super::{
-        IgemmTile, PixelTile,
+        IgemmTile, PixelTile, STORE_VECTORS,
         device::{copy_input, copy_weights, split},
     };
     use super::{IgemmSpatialParams, TileSource};
@@ -342,10 +423,17 @@ pub(crate) mod device {
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    pub fn convolve<const MT: usize, const NT: usize, const COLS: u32, const SPLIT: bool, const MODE: u32>(
+    pub fn convolve<
+        const MT: usize,
+        const NT: usize,
+        const COLS: u32,
+        const SPLIT: bool,
+        const NHWC: bool,
+        const MODE: u32,
+    >(
         p: &IgemmSpatialParams,
     ) {
-        let t = IgemmTile::of_kernel(SPLIT, PixelTile::Spatial { cols: COLS }, MT as u32, NT as u32, 1, false);
+        let t = IgemmTile::of_kernel(SPLIT, PixelTile::Spatial { cols: COLS }, MT as u32, NT as u32, 1, NHWC);
         let c = &p.conv;
         let thread = thread_idx_x();
         let (lane, warp) = (thread % 32, thread / 32);
@@ -356,9 +444,7 @@ pub(crate) mod device {
         let copy = #[inline(always)]
         |stage: u32, src: &TileSource, cc: u32| {
             let base = smem + stage * stage_bytes;
-            let mut copy_x = copy_input(base, x);
-            let narrow = |slot, offset, inside| copy_x(slot, offset, inside, false);
-            p.copy_chunk(&t, src, thread, cc, narrow, copy_weights(base, w));
+            p.copy_chunk(&t, src, thread, cc, copy_input(base, x), copy_weights(base, w));
         };
 
         // The copy cursor runs one (work item, chunk) ahead of the computation.
@@ -378,7 +464,7 @@ pub(crate) mod device {
                 pixel[i][h] = 4 * p.pixel_offset(&t, m);
             }
         }
-        let (k_low, k_high) = (4 * p.a_channel(lane, 0), 4 * p.a_channel(lane, 2));
+        let (k_low, k_high) = (4 * p.a_channel(&t, lane, 0), 4 * p.a_channel(&t, lane, 2));
         let residual = p.residual_offset();
 
         let mut acc = [[[0.0f32; 4]; NT]; MT];
@@ -390,7 +476,7 @@ pub(crate) mod device {
             let at_stage = smem + stage * stage_bytes;
             // Each input rounded to TF32 (and for 3xTF32 its residual stored beside) once here
             // rather than at every filter tap.
-            p.own_slots(thread, |slot| {
+            p.own_slots(&t, thread, |slot| {
                 let (big, small) = split::<SPLIT>(ld_shared_f32(at_stage + 4 * slot));
                 st_shared_f32(at_stage + 4 * slot, f32::from_bits(big));
                 if SPLIT {
@@ -418,17 +504,30 @@ pub(crate) mod device {
                 while s < c.window.filter_s {
                     // Opaque: left to itself the compiler steps each of the lane's 8 A
                     // addresses per tap instead of adding one tap offset.
-                    let at_tap = at_stage + 4 * crate::opaque(p.tap_offset(r, s));
+                    let at_tap = at_stage + 4 * crate::opaque(p.tap_offset(&t, r, s));
                     let (low, high) = (at_tap + k_low, at_tap + k_high);
                     // The inputs were split once the chunk landed.
                     let mut a = [[0u32; 4]; MT];
                     let mut a_small = [[0u32; 4]; MT];
                     for i in 0..MT {
-                        let addresses = [low + pixel[i][0], low + pixel[i][1], high + pixel[i][0], high + pixel[i][1]];
-                        for e in 0..4 {
-                            a[i][e] = ld_shared_f32(addresses[e]).to_bits();
-                            if SPLIT {
-                                a_small[i][e] = ld_shared_f32(addresses[e] + 4 * residual).to_bits();
+                        if NHWC {
+                            // A pixel's elements e and e + 2 (channels 2t and 2t + 1) are adjacent.
+                            for h in 0..2 {
+                                let at = low + pixel[i][h];
+                                [a[i][h], a[i][h + 2]] = ld_shared_f32x2(at).map(f32::to_bits);
+                                if SPLIT {
+                                    [a_small[i][h], a_small[i][h + 2]] =
+                                        ld_shared_f32x2(at + 4 * residual).map(f32::to_bits);
+                                }
+                            }
+                        } else {
+                            let addresses =
+                                [low + pixel[i][0], low + pixel[i][1], high + pixel[i][0], high + pixel[i][1]];
+                            for e in 0..4 {
+                                a[i][e] = ld_shared_f32(addresses[e]).to_bits();
+                                if SPLIT {
+                                    a_small[i][e] = ld_shared_f32(addresses[e] + 4 * residual).to_bits();
+                                }
                             }
                         }
                     }
@@ -487,12 +586,33 @@ pub(crate) mod device {
         warp: u32,
         acc: &mut [[[f32; 4]; NT]; MT],
     ) {
-        let (block, tile) = p.work_item(item);
+        let (block, tile) = p.work_item(t, item);
         let origin = p.origin(t, tile);
         let ep = &p.conv.epilogue;
         // Accumulators of n-tile j: 2 outputs of the lane, 2 x MT pixels each.
+        // NHWC: a lane's outputs 2t and 2t + 1 of a pixel are adjacent, one 8-byte store where
+        // the channel counts and y's alignment allow it and the epilogue keeps the order.
+        let pairs = t.channels_last && p.conv.flags & STORE_VECTORS != 0 && (MODE == PLAIN || ep.keeps_order());
         let store_tile = #[inline(always)]
         |j: u32, acc: &[[f32; 4]; MT]| {
+            if pairs {
+                let (_, column) = t.acc_position(lane, warp, 0, j, 0);
+                // The block's outputs are a multiple of 4, so column + 1 exists with column.
+                let Some((k, plane)) = p.output_plane::<MODE>(t, block, origin.image, column) else { return };
+                let bias = if MODE == PLAIN { [0.0; 2] } else { [ep.load_bias(k), ep.load_bias(k + 1)] };
+                for i in 0..MT {
+                    for upper in 0..2 {
+                        let (m, _) = t.acc_position(lane, warp, i as u32, j, 2 * upper as u32);
+                        if let Some(at) = p.output_pixel(t, &origin, m) {
+                            let at = plane + at;
+                            let v = [0, 1]
+                                .map(|d| ep.finish_as::<MODE>(acc[i][2 * upper + d], bias[d], at + d as u64, true));
+                            stg_f32x2(y + 4 * at, v);
+                        }
+                    }
+                }
+                return;
+            }
             for odd in 0..2 {
                 let (_, column) = t.acc_position(lane, warp, 0, j, odd as u32);
                 let Some((k, plane)) = p.output_plane::<MODE>(t, block, origin.image, column) else { continue };
@@ -501,7 +621,7 @@ pub(crate) mod device {
                     for upper in 0..2 {
                         let (m, _) = t.acc_position(lane, warp, i as u32, j, 2 * upper as u32);
                         if let Some(at) = p.output_pixel(t, &origin, m) {
-                            let at = plane + at as u64;
+                            let at = plane + at;
                             stg_f32(y + 4 * at, ep.finish_as::<MODE>(acc[i][2 * upper + odd], bias, at, true));
                         }
                     }
@@ -515,9 +635,12 @@ pub(crate) mod device {
         // the next into its place. (Rolled for every epilogue, a shuffle alone cost the
         // narrower 16x8 tiles 6-20%.)
         if MODE == PLAIN || (MODE == CLAMP && NT <= 4) {
-            for j in 0..NT {
+            // Unrolled by hand: with NHWC's pair stores beside the single ones, LLVM left the
+            // 56- and 64-column loops rolled (224-256 bytes of stack, 2.4x slower).
+            crate::unrolled::<NT>(|j| {
                 store_tile(j as u32, &by_n_tile(acc, j));
-            }
+                true
+            });
         } else {
             let mut j = 0;
             while j < crate::opaque(NT as u32) {
