@@ -243,12 +243,21 @@ const WEIGHT_COPY_COST: f64 = 1.5;
 /// shared memory, and its halo is read at every tap (2-way bank conflicts at stride 2). Fitted
 /// with [`WEIGHT_COPY_COST`].
 const SPATIAL_INPUT_COST: f64 = 4.0;
+/// The same for an NHWC spatial tile in 3xTF32. Fitted at fae999c on every NHWC variant timed
+/// on the `grouped-nhwc` suite (the other constants kept): with [`SPATIAL_INPUT_COST`] the
+/// model took the 3xTF32 spatial tile on RegNetY's 24- and 56-wide groups, where it ran
+/// 1.09-1.40x the flat tile's time (0.740 against 0.527 ms on regy8-c224-56), while on
+/// ResNeXt's 4- and 8-wide groups it was 1.08-1.20x faster than flat. 6 (as 7 and 8) keeps the
+/// flat tile everywhere in 3xTF32: 74 of 90 picks within 5% (75 with 4), worst 1.20x (1.40x).
+/// Why the wide 3xTF32 NHWC spatial tiles are slow was not profiled (`benches/NOTES.md`).
+const SPATIAL_NHWC_3XTF32_INPUT_COST: f64 = 6.0;
 /// Blocks per multiprocessor below which a grid counts as proportionally slower in [`ranked`]
 /// (fitted with [`WEIGHT_COPY_COST`]: 2 picked better than 1 or 3).
 const FULL_GRID_BLOCKS_PER_SM: u32 = 2;
 
 /// The variants of `precision` for `conv`, cheapest first by the cost model: elements copied
-/// (weights weighted by `WEIGHT_COPY_COST`, a spatial tile's inputs by `SPATIAL_INPUT_COST`),
+/// (weights weighted by `WEIGHT_COPY_COST`, a spatial tile's inputs by `SPATIAL_INPUT_COST`
+/// or, NHWC in 3xTF32, `SPATIAL_NHWC_3XTF32_INPUT_COST`),
 /// a grid of fewer than `FULL_GRID_BLOCKS_PER_SM` blocks (work items of a spatial tile) per
 /// multiprocessor counting as proportionally slower (idle multiprocessors). None where
 /// [`tile_unsupported`].
@@ -262,7 +271,11 @@ pub fn ranked(
     let cost = |s: &IgemmShape| {
         let fill = ((s.grid[0] * s.grid[1]) as f64 / (FULL_GRID_BLOCKS_PER_SM * sm_count) as f64).min(1.0);
         let (inputs, weights) = s.copies(taps);
-        let input_cost = if s.spatial.is_some() { SPATIAL_INPUT_COST } else { 1.0 };
+        let input_cost = match (s.spatial, s.tile.channels_last, s.tile.precision) {
+            (None, ..) => 1.0,
+            (Some(_), true, Precision::Tf32x3) => SPATIAL_NHWC_3XTF32_INPUT_COST,
+            (Some(_), ..) => SPATIAL_INPUT_COST,
+        };
         (input_cost * inputs + WEIGHT_COPY_COST * weights) / fill
     };
     let mut shapes: Vec<IgemmShape> = supported_shapes(conv, geom).filter(|s| s.tile.precision == precision).collect();
