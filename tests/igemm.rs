@@ -761,17 +761,23 @@ fn each_tile_runs_the_layout_it_was_built_for() {
 #[test]
 fn channels_last_warps_copy_sixteen_pixels_each() {
     for tile in IGEMM_FWD_VARIANTS.iter().filter(|t| t.channels_last) {
-        let mut seen = vec![0u32; tile.bm() as usize];
-        for j in 0..tile.copy_pixels() {
-            for warp in 0..WARPS {
-                let mut pixels: Vec<u32> = (0..32).map(|lane| tile.copy_row(32 * warp + lane, j)).collect();
-                pixels.iter().for_each(|&m| seen[m as usize] += 1);
-                pixels.dedup();
-                assert_eq!(pixels.len(), 16, "{}: warp {warp} copies {pixels:?}", tile.name);
-            }
-        }
-        assert!(seen.iter().all(|&n| n == 2), "{}: each pixel by one lane pair", tile.name);
+        assert_lane_pairs_cover(tile, tile.bm(), tile.copy_pixels(), |thread, j| tile.copy_row(thread, j));
     }
+}
+
+/// Each warp's copies in each round reach 16 items (pixels or halo positions), and over the
+/// rounds every one of `items` is copied by exactly one lane pair.
+fn assert_lane_pairs_cover(tile: &IgemmTile, items: u32, rounds: u32, item: impl Fn(u32, u32) -> u32) {
+    let mut seen = vec![0u32; items as usize];
+    for round in 0..rounds {
+        for warp in 0..WARPS {
+            let mut copied: Vec<u32> = (0..32).map(|lane| item(32 * warp + lane, round)).collect();
+            copied.iter().for_each(|&m| seen[m as usize] += 1);
+            copied.dedup();
+            assert_eq!(copied.len(), 16, "{}: warp {warp} copies {copied:?}", tile.name);
+        }
+    }
+    assert!(seen.iter().all(|&n| n == 2), "{}: each item by one lane pair", tile.name);
 }
 
 /// NHWC spatial tiles copy a halo position's 8 channels by a lane pair too (16 positions per
@@ -781,16 +787,8 @@ fn channels_last_warps_copy_sixteen_pixels_each() {
 fn channels_last_spatial_tiles_copy_sixteen_positions_per_warp() {
     for tile in IGEMM_FWD_VARIANTS.iter().filter(|t| t.channels_last && t.pixels != PixelTile::Flat) {
         assert_eq!(tile.max_halo_plane(), spatial::HALO_ROUNDS as u32 * BLOCK_THREADS / 2, "{}", tile.name);
-        let mut seen = vec![0u32; tile.max_halo_plane() as usize];
-        for i in 0..spatial::HALO_ROUNDS as u32 {
-            for warp in 0..WARPS {
-                let mut positions: Vec<u32> = (0..32).map(|lane| tile.halo_position(32 * warp + lane, i)).collect();
-                positions.iter().for_each(|&q| seen[q as usize] += 1);
-                positions.dedup();
-                assert_eq!(positions.len(), 16, "{}: warp {warp} copies {positions:?}", tile.name);
-            }
-        }
-        assert!(seen.iter().all(|&n| n == 2), "{}: each position by one lane pair", tile.name);
+        let rounds = spatial::HALO_ROUNDS as u32;
+        assert_lane_pairs_cover(tile, tile.max_halo_plane(), rounds, |thread, i| tile.halo_position(thread, i));
     }
     let stride2: Conv2d = "n=1,c=64,h=56,w=56,k=64,r=3,s=3,pad=1,stride=2,groups=8,layout=nhwc".parse().unwrap();
     let geom = stride2.geometry().unwrap();
