@@ -14,7 +14,7 @@ use kernels_gpu::{
     verify::Tolerance,
 };
 
-pub use kernels_gpu::cgemm::{CGEMM_TILES, CgemmTile, Complex32, Family, Op};
+pub use kernels_gpu::cgemm::{CGEMM_TILES, CgemmTile, Complex32, Family, Op, Products};
 
 /// How each matrix is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -232,6 +232,14 @@ fn k_contiguous(cm: &BatchedGemm) -> [bool; 2] {
 /// Planar storage takes `Pointwise`, `Dot`, `Element` or `Tiled`; so does interleaved storage
 /// whose buffers lack the alignment of the variant chosen for it.
 pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
+    choose_tile_for(g, planar, Products::Four)
+}
+
+/// [`choose_tile`] with Gauss's three products ([`Products::Gauss`]) where it picks a `Tensor`
+/// variant: the same tile, or 64 x 32 for its 64 x 64 and 128 x 32 ones (their chunk sums
+/// leave no registers for Gauss's third). The other families keep four products: they take
+/// the small and the matrix-vector products, which move bytes rather than multiply.
+pub fn choose_tile_for(g: &BatchedGemm, planar: bool, products: Products) -> &'static CgemmTile {
     let cm = g.column_major();
     let kc = k_contiguous(&cm);
     let (m, n) = (cm.m, cm.n);
@@ -255,7 +263,7 @@ pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
             return tile;
         }
         if cm.k >= 8 && (m >= 16 && n >= 16 || m >= 24 && n >= 8 || m >= 8 && n >= 64) {
-            return tensor_tile(m, n, cm.k, kc);
+            return tensor_tile(m, n, cm.k, kc, products);
         }
         if (8..=16).contains(&m) && n >= 64 {
             return cgemm_tile(Family::Large, 1, 4, kc).expect("CGEMM_TILES has Large 1 x 4 for every layout");
@@ -298,13 +306,15 @@ pub fn choose_tile(g: &BatchedGemm, planar: bool) -> &'static CgemmTile {
 /// at most 16 and C has at most 64 columns, else 16 x 16 up to 16 columns, else 16 x 64; 128 x
 /// 32 for tall C of 32 columns or fewer, 64 x 64 from 64 x 64, else 32 x 32, in one chunk
 /// where k is 17 to 32 (the fastest on each of the H200's measured products; a one-chunk tile
-/// has no chunk sums, so fewer registers and more blocks per SM).
-pub fn tensor_tile(m: usize, n: usize, k: usize, kc: [bool; 2]) -> &'static CgemmTile {
+/// has no chunk sums, so fewer registers and more blocks per SM). With Gauss's products, 64 x
+/// 32 where that would be 128 x 32 or 64 x 64.
+pub fn tensor_tile(m: usize, n: usize, k: usize, kc: [bool; 2], products: Products) -> &'static CgemmTile {
     let (bm, bn, one_chunk) = match (m, n) {
         (_, ..=8) => (64, 8, false),
         (..=16, ..=64) if k <= 16 => (16, 16, true),
         (..=16, ..=16) => (16, 16, false),
         (..=16, _) => (16, 64, false),
+        (128.., ..=32) | (64.., 64..) if products == Products::Gauss => (64, 32, false),
         (128.., ..=32) => (128, 32, false),
         (64.., 64..) => (64, 64, false),
         _ => (32, 32, (17..=32).contains(&k)),
@@ -313,7 +323,9 @@ pub fn tensor_tile(m: usize, n: usize, k: usize, kc: [bool; 2]) -> &'static Cgem
         .iter()
         .find(|t| {
             t.k_contiguous == Some(kc)
-                && t.mma.is_some_and(|mma| (mma.bm(), mma.bn(), mma.one_chunk) == (bm, bn, one_chunk))
+                && t.mma.is_some_and(|mma| {
+                    (mma.bm(), mma.bn(), mma.one_chunk, mma.products) == (bm, bn, one_chunk, products)
+                })
         })
         .expect("CGEMM_TILES has these Tensor tiles for every layout")
 }
@@ -351,9 +363,9 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
 }
 
 /// The bound the outputs of `tile` are held to against the f64 reference, per real part
-/// (`|c - v| ≤ tol · Σ|products| + floor`, see `kernels_gpu::verify`): the f32 summation of
-/// the `2k + 4` real products behind it ([`Tolerance::f32_sum`]); `Tensor` adds what 3xTF32
-/// costs:
+/// (`|c - v| ≤ tol · Σ|products| + floor`, see `kernels_gpu::verify`; the magnitude is
+/// `Σ (|a.re| + |a.im|)·(|b.re| + |b.im|)` over k): the f32 summation of the `2k + 4` real
+/// products behind it ([`Tolerance::f32_sum`]); `Tensor` adds what 3xTF32 costs:
 /// - each input split into a TF32 value (rounded, so the residual is within 2^-11 of the
 ///   input) and a residual the tensor cores truncate to TF32 (within 2^-10 of itself, so
 ///   2^-21 of the input), and the product of the residuals dropped (≤ 2^-22): at most
@@ -361,13 +373,24 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
 /// - the tensor cores truncate as they accumulate, up to an f32 ulp (2^-23) of the magnitude
 ///   per mma within a chunk (6 per k-step and part: two real products, three mma each); the
 ///   chunks' sums are added in f32, which the summation bound covers.
+///
+/// Gauss's three products ([`Products::Gauss`]) take twice that, plus 2^-23: `im = s - (p + q)`
+/// combines sums whose magnitudes add up to twice the output's (`Σ|s|` and `Σ|p| + Σ|q|` each
+/// reach the magnitude above), so the split, truncation and summation errors of each count
+/// once per magnitude; the parts' sums `a.re + a.im` and `b.re + b.im` are rounded to f32
+/// first (2^-24 each, relative to the terms of `s`). The real part `p - q` keeps the
+/// standard bound.
 pub fn tolerance(g: &BatchedGemm, tile: &CgemmTile) -> Tolerance {
     let sum = Tolerance::f32_sum(2 * g.k as u64 + 4);
     match tile.mma {
         Some(mma) => {
             let split = 5.0 * 2f64.powi(-22) * (1.0 + 2f64.powi(-10));
             let chunk_mmas = 6.0 * mma.k_steps() as f64;
-            Tolerance { tol: sum.tol + split + chunk_mmas * 2f64.powi(-23), ..sum }
+            let tol = sum.tol + split + chunk_mmas * 2f64.powi(-23);
+            match mma.products {
+                Products::Four => Tolerance { tol, ..sum },
+                Products::Gauss => Tolerance { tol: 2.0 * tol + 2f64.powi(-23), ..sum },
+            }
         }
         None => sum,
     }
@@ -387,10 +410,30 @@ pub fn cgemm(
     beta: Complex32,
     c: &mut impl DevicePtrMut<Complex32>,
 ) -> Result<()> {
-    let tile = choose_tile(g, false);
+    cgemm_with_products(gpu, stream, g, Products::Four, alpha, a, b, beta, c)
+}
+
+/// [`cgemm`] with each complex product formed from `products`: [`Products::Gauss`] takes
+/// Gauss's three real products where the heuristic takes a `Tensor` variant
+/// ([`choose_tile_for`]), a quarter fewer tensor-core products at twice the standard error
+/// bound ([`tolerance`]); elsewhere, and with [`Products::Four`], it is [`cgemm`]. Where the
+/// buffers lack the variant's alignment, the planar choice runs (Tiled, Element or Dot, which
+/// take any alignment).
+#[allow(clippy::too_many_arguments)]
+pub fn cgemm_with_products(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    g: &BatchedGemm,
+    products: Products,
+    alpha: Complex32,
+    a: &impl DevicePtr<Complex32>,
+    b: &impl DevicePtr<Complex32>,
+    beta: Complex32,
+    c: &mut impl DevicePtrMut<Complex32>,
+) -> Result<()> {
+    let tile = choose_tile_for(g, false, products);
     let pointers = [("a", a.device_ptr(stream).0), ("b", b.device_ptr(stream).0), ("c", c.device_ptr_mut(stream).0)];
     let aligned = pointers.iter().all(|&(buffer, p)| p.is_multiple_of(alignment(tile, buffer)));
-    // The planar choice (Tiled, Element or Dot) takes any alignment.
     let tile = if aligned { tile } else { choose_tile(g, true) };
     cgemm_with_tile(gpu, stream, g, tile, alpha, a, b, beta, c)
 }

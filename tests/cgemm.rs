@@ -16,7 +16,7 @@ use convkit::{
 };
 use kernels_gpu::{
     cgemm::{
-        CGEMM_THREADS, CgemmShape, DOT_LANES, LARGE_BK, MmaTile, STAGE_ELEMENTS, ThreadCoords, large_element,
+        CGEMM_THREADS, CgemmShape, DOT_LANES, LARGE_BK, MmaTile, Products, STAGE_ELEMENTS, ThreadCoords, large_element,
         tensor::{STAGES, split_tf32},
     },
     random::mix,
@@ -499,17 +499,19 @@ fn tf32_operand(bits: u32) -> f32 {
 /// output written once.
 fn emulate_tensor(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Complex32], c: &mut [Complex32]) {
     type Fragment<const N: usize> = [[f32; N]; 32];
-    /// A fragment's value and residual registers, per part (re, im).
+    /// A fragment's value and residual registers, per part (re, im) and for their f32 sum
+    /// (Gauss's products).
     struct Split<const N: usize> {
-        big: [Fragment<N>; 2],
-        small: [Fragment<N>; 2],
+        big: [Fragment<N>; 3],
+        small: [Fragment<N>; 3],
     }
     impl<const N: usize> Split<N> {
         fn new() -> Self {
-            Split { big: [[[0.0; N]; 32]; 2], small: [[[0.0; N]; 32]; 2] }
+            Split { big: [[[0.0; N]; 32]; 3], small: [[[0.0; N]; 32]; 3] }
         }
         fn set(&mut self, lane: u32, e: usize, v: Complex32, conj: bool) {
-            for (part, x) in [v.re, if conj { -v.im } else { v.im }].into_iter().enumerate() {
+            let im = if conj { -v.im } else { v.im };
+            for (part, x) in [v.re, im, v.re + im].into_iter().enumerate() {
                 let (big, small) = split_tf32(x);
                 self.big[part][lane as usize][e] = tf32_operand(big);
                 self.small[part][lane as usize][e] = tf32_operand(small);
@@ -585,8 +587,8 @@ fn emulate_tensor(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Comp
                 }
                 let stage = (q % STAGES) * stage_slots;
                 for warp in 0..warps {
-                    let (mut part_re, mut part_im) =
-                        (vec![[[0.0f64; 4]; 32]; mt * nt], vec![[[0.0f64; 4]; 32]; mt * nt]);
+                    // The parts (re, im) or Gauss's products (p, q, s).
+                    let mut sums = vec![vec![[[0.0f64; 4]; 32]; mt * nt]; 3];
                     for ks in 0..t.k_steps() {
                         let mut x: Vec<Split<4>> = (0..mt).map(|_| Split::new()).collect();
                         let mut y: Vec<Split<2>> = (0..nt).map(|_| Split::new()).collect();
@@ -607,15 +609,24 @@ fn emulate_tensor(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Comp
                         }
                         for (i, x) in x.iter().enumerate() {
                             for (j, y) in y.iter().enumerate() {
+                                if t.products == Products::Gauss {
+                                    for (v, sum) in sums.iter_mut().enumerate() {
+                                        let sum = &mut sum[i * nt + j];
+                                        mma(&x.small[v], &y.big[v], sum);
+                                        mma(&x.big[v], &y.small[v], sum);
+                                        mma(&x.big[v], &y.big[v], sum);
+                                    }
+                                    continue;
+                                }
                                 let (neg, neg_small) = (negated(&y.big[1]), negated(&y.small[1]));
-                                let re = &mut part_re[i * nt + j];
+                                let re = &mut sums[0][i * nt + j];
                                 mma(&x.small[0], &y.big[0], re);
                                 mma(&x.big[0], &y.small[0], re);
                                 mma(&x.small[1], &neg, re);
                                 mma(&x.big[1], &neg_small, re);
                                 mma(&x.big[0], &y.big[0], re);
                                 mma(&x.big[1], &neg, re);
-                                let im = &mut part_im[i * nt + j];
+                                let im = &mut sums[1][i * nt + j];
                                 mma(&x.small[0], &y.big[1], im);
                                 mma(&x.big[0], &y.small[1], im);
                                 mma(&x.small[1], &y.big[0], im);
@@ -625,8 +636,19 @@ fn emulate_tensor(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Comp
                             }
                         }
                     }
+                    if t.products == Products::Gauss {
+                        let [p, q, s] = [&sums[0], &sums[1], &sums[2]].map(|v| v.as_flattened().as_flattened());
+                        let parts: Vec<[f64; 2]> =
+                            p.iter().zip(q).zip(s).map(|((p, q), s)| [p - q, s - (p + q)]).collect();
+                        for (h, sum) in sums.iter_mut().take(2).enumerate() {
+                            for (v, part) in sum.as_flattened_mut().as_flattened_mut().iter_mut().zip(&parts) {
+                                *v = part[h];
+                            }
+                        }
+                    }
+                    let (part_re, part_im) = (&sums[0], &sums[1]);
                     let cells = (warp as usize) * mt * nt..;
-                    for (acc, part) in [(&mut acc_re[cells.clone()], &part_re), (&mut acc_im[cells], &part_im)] {
+                    for (acc, part) in [(&mut acc_re[cells.clone()], part_re), (&mut acc_im[cells], part_im)] {
                         for (cell, part) in acc.iter_mut().zip(part) {
                             for (values, sums) in cell.iter_mut().zip(part) {
                                 for (v, s) in values.iter_mut().zip(sums) {
@@ -873,6 +895,23 @@ fn the_heuristic_always_picks_a_variant_that_computes_the_problem() {
                                 let tile = cgemm::choose_tile(&g, planar);
                                 assert!(cgemm::shape(&g, tile).is_some(), "{} for {g:?}", tile.name);
                                 assert!(!planar || tile.takes_planar());
+                                // Gauss's products change a Tensor tile's products (and the
+                                // two widest tiles to 64 x 32), nothing else.
+                                let gauss = cgemm::choose_tile_for(&g, planar, Products::Gauss);
+                                assert!(cgemm::shape(&g, gauss).is_some(), "{} for {g:?}", gauss.name);
+                                match (tile.mma, gauss.mma) {
+                                    (Some(four), Some(three)) => {
+                                        assert_eq!((four.products, three.products), (Products::Four, Products::Gauss));
+                                        let wide = matches!((four.bm(), four.bn()), (64, 64) | (128, 32));
+                                        let expected = if wide { (64, 32) } else { (four.bm(), four.bn()) };
+                                        assert_eq!(
+                                            (three.bm(), three.bn(), three.one_chunk),
+                                            (expected.0, expected.1, four.one_chunk)
+                                        );
+                                        assert_eq!(tile.k_contiguous, gauss.k_contiguous);
+                                    }
+                                    _ => assert_eq!(tile, gauss, "{g:?}"),
+                                }
                             }
                         }
                     }

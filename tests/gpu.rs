@@ -5,7 +5,7 @@
 use convkit::timing::{DeviceQueue, GpuQueue, Samples, time_round};
 use convkit::{
     Conv2d, Error, Gpu, TensorLayout,
-    cgemm::{self as cgemm_api, BatchedGemm, Complex32, Layout, Op},
+    cgemm::{self as cgemm_api, BatchedGemm, Complex32, Layout, Op, Products},
     conv::cudnn::{
         self, MathClass,
         engines::{ALL_HEURISTICS, EngineConv},
@@ -535,7 +535,7 @@ fn cgemm_agrees_with_cublas_and_cublaslt_and_refuses_short_buffers() {
     let gpu = gpu();
     let stream = gpu.stream();
     let cublas = Cublas::new(&gpu, stream).unwrap();
-    for spec in ["m=4,batch=1000,op=nc", "m=24,n=7,k=33,batch=50,op=tn,layout=row,beta=1"] {
+    for spec in ["m=4,batch=1000,op=nc", "m=24,n=7,k=33,batch=50,op=tn,layout=row,beta=1", "m=64,k=40,batch=20,op=cn"] {
         let case: CgemmCase = spec.parse().unwrap();
         let e = case.g.validate().unwrap();
         let data = |seed: u64, len: usize| -> Vec<Complex32> {
@@ -562,6 +562,15 @@ fn cgemm_agrees_with_cublas_and_cublaslt_and_refuses_short_buffers() {
         cgemm_api::cgemm(&gpu, stream, &case.g, case.alpha, &a, &b, case.beta, &mut c).unwrap();
         let stats = cgemm::compare(&case, &a_host, &b_host, &c_host, &gpu.download(&c).unwrap(), case.g.batch);
         assert!(stats.passed(), "{spec}: {stats:?}");
+        // Gauss's products within their own bound (a Tensor variant on the 64 x 64 product).
+        let mut c = gpu.upload(&c_host).unwrap();
+        cgemm_api::cgemm_with_products(&gpu, stream, &case.g, Products::Gauss, case.alpha, &a, &b, case.beta, &mut c)
+            .unwrap();
+        let tile = cgemm_api::choose_tile_for(&case.g, false, Products::Gauss);
+        assert_eq!(tile.mma.map(|t| t.products), (case.g.m == 64).then_some(Products::Gauss), "{spec}");
+        let truth = cgemm::expected(&case, &a_host, &b_host, &c_host, case.g.batch);
+        let stats = truth.compare_within(&c_host, &gpu.download(&c).unwrap(), &cgemm_api::tolerance(&case.g, tile));
+        assert!(stats.passed(), "{spec} {}: {stats:?}", tile.name);
     }
     let g = BatchedGemm::packed(8, 8, 8, 10, Op::N, Op::N, Layout::ColMajor);
     let (a, b) = (gpu.alloc::<Complex32>(640).unwrap(), gpu.alloc::<Complex32>(639).unwrap());

@@ -10,7 +10,7 @@ use super::{
 use crate::timing::{GpuQueue, Schedule, time_interleaved};
 use crate::{
     Error, Gpu, Result,
-    cgemm::{self, BatchedGemm, CGEMM_TILES, CgemmTile, Complex32, Layout, Op, Planar, PlanarMut},
+    cgemm::{self, BatchedGemm, CGEMM_TILES, CgemmTile, Complex32, Layout, Op, Planar, PlanarMut, Products},
     error::Context,
 };
 use cudarc::driver::{CudaSlice, CudaStream};
@@ -414,12 +414,15 @@ pub struct CgemmRow {
     /// Matrices of set 0 compared with the f64 reference.
     pub checked_batches: usize,
     /// `candidates[0]` is ours (the heuristic's variant), then the `references` (cuBLAS's
-    /// two GEMMs and cuBLASLt's proposals), then any variants timed on request (named after
-    /// them).
+    /// two GEMMs and cuBLASLt's proposals), then any variants timed on request and the one
+    /// `cgemm_with_products` runs with Gauss's products (named after them).
     pub candidates: Vec<CgemmCandidate>,
     pub references: usize,
     /// The variant the heuristic chose.
     pub variant: &'static str,
+    /// The variant `cgemm_with_products` runs with Gauss's products, where it differs from
+    /// `variant`.
+    pub gauss: Option<&'static str>,
 }
 
 impl CgemmRow {
@@ -451,7 +454,8 @@ impl CgemmRow {
 }
 
 /// Times one problem: ours (the heuristic's variant), both cuBLAS GEMMs, the algorithms
-/// cuBLASLt's heuristic proposes and each of `variants` (those that compute the problem),
+/// cuBLASLt's heuristic proposes, each of `variants` (those that compute the problem) and
+/// what `cgemm_with_products` runs with Gauss's products where that is a Gauss variant,
 /// interleaved, inputs rotated over
 /// `min_working_set` bytes, each output of set 0 (its first matrices) checked first.
 #[allow(clippy::too_many_arguments)]
@@ -491,7 +495,17 @@ pub fn bench_case(
     let b0 = gpu.download(&b.slice(0..extents.b))?;
     let c0 = gpu.download(&c.slice(0..extents.c))?;
 
-    let variants: Vec<_> = variants.iter().filter(|t| cgemm::shape(g, t).is_some()).collect();
+    let mut variants: Vec<&'static CgemmTile> =
+        variants.iter().copied().filter(|t| cgemm::shape(g, t).is_some()).collect();
+    // What `cgemm_with_products` runs with Gauss's products, where it differs from `cgemm`:
+    // always timed beside ours.
+    let gauss = cgemm::choose_tile_for(g, false, Products::Gauss);
+    let gauss = gauss.mma.is_some_and(|mma| mma.products == Products::Gauss).then_some(gauss);
+    if let Some(tile) = gauss
+        && !variants.contains(&tile)
+    {
+        variants.push(tile);
+    }
     // cuBLASLt's heuristic may propose nothing for a shape; the row then has no Lt candidate.
     let mut lt = CublasLtPlan::new(gpu, stream, g)?;
     let mut names: Vec<&'static str> = vec!["convkit", CublasGemm::Cgemm.name(), CublasGemm::Cgemm3m.name()];
@@ -554,6 +568,7 @@ pub fn bench_case(
     Ok(CgemmRow {
         references,
         variant: chosen.name,
+        gauss: gauss.map(|t| t.name),
         label: case.label(),
         spec: case.to_string(),
         flops: g.flops(),

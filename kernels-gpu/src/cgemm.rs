@@ -27,7 +27,7 @@ pub use crate::complex::Complex32;
 use bytemuck::{Pod, Zeroable};
 
 pub mod tensor;
-pub use tensor::MmaTile;
+pub use tensor::{MmaTile, Products};
 
 /// What a matrix operand goes through before the product.
 #[repr(u32)]
@@ -184,7 +184,7 @@ macro_rules! cgemm_tiles {
         large: [$(([$l_mn:ident, $l_mk:ident, $l_kn:ident, $l_kk:ident], $l_tm:literal, $l_tn:literal)),* $(,)?],
         tensor: [$(
             ([$t_mn:ident, $t_mk:ident, $t_kn:ident, $t_kk:ident],
-             $wr:literal, $wc:literal, $mt:literal, $nt:literal, $kb:literal, $one:literal)
+             $wr:literal, $wc:literal, $mt:literal, $nt:literal, $kb:literal, $one:literal, $gauss:literal)
         ),* $(,)?] $(,)?
     ) => {
         /// Every variant in the PTX.
@@ -205,13 +205,13 @@ macro_rules! cgemm_tiles {
             )*
             $(
                 layout_tile(stringify!($t_mn), Family::Tensor, 16 * $mt, 8 * $nt, [false, false],
-                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb, one_chunk: $one })),
+                    Some(mma_tile([$wr, $wc, $mt, $nt, $kb], $one, $gauss))),
                 layout_tile(stringify!($t_mk), Family::Tensor, 16 * $mt, 8 * $nt, [false, true],
-                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb, one_chunk: $one })),
+                    Some(mma_tile([$wr, $wc, $mt, $nt, $kb], $one, $gauss))),
                 layout_tile(stringify!($t_kn), Family::Tensor, 16 * $mt, 8 * $nt, [true, false],
-                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb, one_chunk: $one })),
+                    Some(mma_tile([$wr, $wc, $mt, $nt, $kb], $one, $gauss))),
                 layout_tile(stringify!($t_kk), Family::Tensor, 16 * $mt, 8 * $nt, [true, true],
-                    Some(MmaTile { warp_rows: $wr, warp_cols: $wc, m_tiles: $mt, n_tiles: $nt, bk: $kb, one_chunk: $one })),
+                    Some(mma_tile([$wr, $wc, $mt, $nt, $kb], $one, $gauss))),
             )*
         ];
 
@@ -222,7 +222,7 @@ macro_rules! cgemm_tiles {
             $(cgemm_tiles!(@entry $name, $kernel);)*
             $(cgemm_tiles!(@entry $w_name, whole::<$w_tm, $w_tn, $w_threads, $w_pairs>);)*
             $(cgemm_tiles!(@layouts [$l_mn, $l_mk, $l_kn, $l_kk], large, [$l_tm, $l_tn]);)*
-            $(cgemm_tiles!(@layouts [$t_mn, $t_mk, $t_kn, $t_kk], tensor, [$wr, $wc, $mt, $nt, $kb, $one]);)*
+            $(cgemm_tiles!(@layouts [$t_mn, $t_mk, $t_kn, $t_kk], tensor, [$wr, $wc, $mt, $nt, $kb, $one, $gauss]);)*
         }
     };
     (@layouts [$mn:ident, $mk:ident, $kn:ident, $kk:ident], $kernel:ident, [$($g:literal),*]) => {
@@ -280,20 +280,36 @@ cgemm_tiles!(
         ([cgemm_large_t1x4_mn, cgemm_large_t1x4_mk, cgemm_large_t1x4_kn, cgemm_large_t1x4_kk], 1, 4),
     ],
     // Warps along rows and columns, m16n8 tiles per warp along each, k per chunk, all of k in
-    // one chunk (k ≤ that chunk only).
+    // one chunk (k ≤ that chunk only), Gauss's three products (`tc3m`: every tile whose chunk
+    // sums fit the registers beside Gauss's third sum, so not 64 x 64 and 128 x 32).
     tensor: [
-        ([cgemm_tc_16x16_mn, cgemm_tc_16x16_mk, cgemm_tc_16x16_kn, cgemm_tc_16x16_kk], 1, 2, 1, 1, 16, false),
-        ([cgemm_tc_32x32_mn, cgemm_tc_32x32_mk, cgemm_tc_32x32_kn, cgemm_tc_32x32_kk], 2, 2, 1, 2, 16, false),
-        ([cgemm_tc_64x32_mn, cgemm_tc_64x32_mk, cgemm_tc_64x32_kn, cgemm_tc_64x32_kk], 2, 2, 2, 2, 16, false),
-        ([cgemm_tc_64x64_mn, cgemm_tc_64x64_mk, cgemm_tc_64x64_kn, cgemm_tc_64x64_kk], 2, 2, 2, 4, 16, false),
-        ([cgemm_tc_128x32_mn, cgemm_tc_128x32_mk, cgemm_tc_128x32_kn, cgemm_tc_128x32_kk], 4, 1, 2, 4, 16, false),
-        ([cgemm_tc_32x64_mn, cgemm_tc_32x64_mk, cgemm_tc_32x64_kn, cgemm_tc_32x64_kk], 1, 4, 2, 2, 16, false),
-        ([cgemm_tc_64x8_mn, cgemm_tc_64x8_mk, cgemm_tc_64x8_kn, cgemm_tc_64x8_kk], 4, 1, 1, 1, 16, false),
-        ([cgemm_tc_16x64_mn, cgemm_tc_16x64_mk, cgemm_tc_16x64_kn, cgemm_tc_16x64_kk], 1, 4, 1, 2, 16, false),
-        ([cgemm_tc_16x16_k16_mn, cgemm_tc_16x16_k16_mk, cgemm_tc_16x16_k16_kn, cgemm_tc_16x16_k16_kk], 1, 2, 1, 1, 16, true),
-        ([cgemm_tc_32x32_k32_mn, cgemm_tc_32x32_k32_mk, cgemm_tc_32x32_k32_kn, cgemm_tc_32x32_k32_kk], 2, 2, 1, 2, 32, true),
+        ([cgemm_tc_16x16_mn, cgemm_tc_16x16_mk, cgemm_tc_16x16_kn, cgemm_tc_16x16_kk], 1, 2, 1, 1, 16, false, false),
+        ([cgemm_tc_32x32_mn, cgemm_tc_32x32_mk, cgemm_tc_32x32_kn, cgemm_tc_32x32_kk], 2, 2, 1, 2, 16, false, false),
+        ([cgemm_tc_64x32_mn, cgemm_tc_64x32_mk, cgemm_tc_64x32_kn, cgemm_tc_64x32_kk], 2, 2, 2, 2, 16, false, false),
+        ([cgemm_tc_64x64_mn, cgemm_tc_64x64_mk, cgemm_tc_64x64_kn, cgemm_tc_64x64_kk], 2, 2, 2, 4, 16, false, false),
+        ([cgemm_tc_128x32_mn, cgemm_tc_128x32_mk, cgemm_tc_128x32_kn, cgemm_tc_128x32_kk], 4, 1, 2, 4, 16, false, false),
+        ([cgemm_tc_32x64_mn, cgemm_tc_32x64_mk, cgemm_tc_32x64_kn, cgemm_tc_32x64_kk], 1, 4, 2, 2, 16, false, false),
+        ([cgemm_tc_64x8_mn, cgemm_tc_64x8_mk, cgemm_tc_64x8_kn, cgemm_tc_64x8_kk], 4, 1, 1, 1, 16, false, false),
+        ([cgemm_tc_16x64_mn, cgemm_tc_16x64_mk, cgemm_tc_16x64_kn, cgemm_tc_16x64_kk], 1, 4, 1, 2, 16, false, false),
+        ([cgemm_tc_16x16_k16_mn, cgemm_tc_16x16_k16_mk, cgemm_tc_16x16_k16_kn, cgemm_tc_16x16_k16_kk], 1, 2, 1, 1, 16, true, false),
+        ([cgemm_tc_32x32_k32_mn, cgemm_tc_32x32_k32_mk, cgemm_tc_32x32_k32_kn, cgemm_tc_32x32_k32_kk], 2, 2, 1, 2, 32, true, false),
+        ([cgemm_tc3m_16x16_mn, cgemm_tc3m_16x16_mk, cgemm_tc3m_16x16_kn, cgemm_tc3m_16x16_kk], 1, 2, 1, 1, 16, false, true),
+        ([cgemm_tc3m_32x32_mn, cgemm_tc3m_32x32_mk, cgemm_tc3m_32x32_kn, cgemm_tc3m_32x32_kk], 2, 2, 1, 2, 16, false, true),
+        ([cgemm_tc3m_64x32_mn, cgemm_tc3m_64x32_mk, cgemm_tc3m_64x32_kn, cgemm_tc3m_64x32_kk], 2, 2, 2, 2, 16, false, true),
+        ([cgemm_tc3m_32x64_mn, cgemm_tc3m_32x64_mk, cgemm_tc3m_32x64_kn, cgemm_tc3m_32x64_kk], 1, 4, 2, 2, 16, false, true),
+        ([cgemm_tc3m_64x8_mn, cgemm_tc3m_64x8_mk, cgemm_tc3m_64x8_kn, cgemm_tc3m_64x8_kk], 4, 1, 1, 1, 16, false, true),
+        ([cgemm_tc3m_16x64_mn, cgemm_tc3m_16x64_mk, cgemm_tc3m_16x64_kn, cgemm_tc3m_16x64_kk], 1, 4, 1, 2, 16, false, true),
+        ([cgemm_tc3m_16x16_k16_mn, cgemm_tc3m_16x16_k16_mk, cgemm_tc3m_16x16_k16_kn, cgemm_tc3m_16x16_k16_kk], 1, 2, 1, 1, 16, true, true),
+        ([cgemm_tc3m_32x32_k32_mn, cgemm_tc3m_32x32_k32_mk, cgemm_tc3m_32x32_k32_kn, cgemm_tc3m_32x32_k32_kk], 2, 2, 1, 2, 32, true, true),
     ],
 );
+
+/// A `Tensor` variant's [`MmaTile`]: warps along rows and columns, m16n8 tiles per warp along
+/// each and k per chunk; all of k in one chunk; Gauss's three products.
+const fn mma_tile([warp_rows, warp_cols, m_tiles, n_tiles, bk]: [u32; 5], one_chunk: bool, gauss: bool) -> MmaTile {
+    let products = if gauss { Products::Gauss } else { Products::Four };
+    MmaTile { warp_rows, warp_cols, m_tiles, n_tiles, bk, one_chunk, products }
+}
 
 /// A `Large` or `Tensor` variant compiled for the stored layouts `kc`.
 const fn layout_tile(

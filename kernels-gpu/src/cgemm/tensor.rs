@@ -19,6 +19,9 @@
 //!   ([`split_tf32`]); three `mma` per real product (the residuals' product is dropped) into
 //!   the chunk's own sums, which are added to the totals in f32 after the chunk (the tensor
 //!   cores truncate as they accumulate), the grouped convolution's scheme (`conv::igemm`).
+//!   With Gauss's three products ([`Products::Gauss`]) each element's parts and their sum are
+//!   split, and the three products `a.re·b.re`, `a.im·b.im` and `(a.re + a.im)·(b.re + b.im)`
+//!   go to three sums that make the parts after the chunk.
 //! - **Output**: straight from the accumulators: per store, 8 lanes write 64 contiguous
 //!   bytes of a column.
 //!
@@ -51,6 +54,22 @@ pub struct MmaTile {
     /// and the mma sums are the totals, which frees the chunk sums' registers for more blocks
     /// per SM.
     pub one_chunk: bool,
+    /// The real products behind each complex one.
+    pub products: Products,
+}
+
+/// The real products behind a complex one, `a·b`, in a `Tensor` variant (each three `mma`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Products {
+    /// Four: `re = a.re·b.re - a.im·b.im` and `im = a.re·b.im + a.im·b.re`.
+    #[default]
+    Four,
+    /// Gauss's three (3M): `p = a.re·b.re`, `q = a.im·b.im` and `s = (a.re + a.im)·(b.re +
+    /// b.im)`, summed apart, then `re = p - q` and `im = s - p - q`. A quarter fewer `mma` for
+    /// three splits per element instead of two; `im` comes from sums up to twice the size of
+    /// the products' magnitude, so its error bound is about twice the standard one
+    /// (`host/cgemm.rs`, `tolerance`).
+    Gauss,
 }
 
 impl MmaTile {
@@ -279,22 +298,25 @@ impl CgemmParams {
 pub(super) mod device {
     use super::super::kernel::epilogue_at;
     use super::super::{CgemmParams, Complex32, Op};
-    use super::{MmaTile, STAGES, split_tf32};
+    use super::{MmaTile, Products, STAGES, split_tf32};
     use crate::prelude::*;
 
     const SIGN: u32 = 0x8000_0000;
 
-    /// One part's m16n8 accumulators of a warp: `[row tile][column tile][register]`.
+    /// One sum's m16n8 accumulators of a warp: `[row tile][column tile][register]`.
     type Sums<const MT: usize, const NT: usize> = [[[f32; 4]; NT]; MT];
 
-    /// `acc + x1·y1 + x2·y2` over fragments given as (value, residual), three `mma` per
-    /// product: the small cross terms first, while the sum is still small.
+    /// A fragment as TF32 values and their residuals.
+    type Split<const N: usize> = ([u32; N], [u32; N]);
+
+    /// `acc + x1·y1 + x2·y2`, three `mma` per product: the small cross terms first, while the
+    /// sum is still small.
     #[inline(always)]
     fn two_products(
-        (x1, x1_small): ([u32; 4], [u32; 4]),
-        (y1, y1_small): ([u32; 2], [u32; 2]),
-        (x2, x2_small): ([u32; 4], [u32; 4]),
-        (y2, y2_small): ([u32; 2], [u32; 2]),
+        (x1, x1_small): Split<4>,
+        (y1, y1_small): Split<2>,
+        (x2, x2_small): Split<4>,
+        (y2, y2_small): Split<2>,
         acc: [f32; 4],
     ) -> [f32; 4] {
         let mut acc = mma_tf32_m16n8k8(x1_small, y1, acc);
@@ -303,6 +325,13 @@ pub(super) mod device {
         acc = mma_tf32_m16n8k8(x2, y2_small, acc);
         acc = mma_tf32_m16n8k8(x1, y1, acc);
         mma_tf32_m16n8k8(x2, y2, acc)
+    }
+
+    /// `acc + x·y`, three `mma`, the small cross terms first.
+    #[inline(always)]
+    fn product((x, x_small): Split<4>, (y, y_small): Split<2>, acc: [f32; 4]) -> [f32; 4] {
+        let acc = mma_tf32_m16n8k8(x_small, y, acc);
+        mma_tf32_m16n8k8(x, y, mma_tf32_m16n8k8(x, y_small, acc))
     }
 
     /// One pair's copy to `slot`: `bytes` of `source` (16, or 0 for two zeros) by one 16-byte
@@ -320,16 +349,21 @@ pub(super) mod device {
 
     /// One staged chunk (at `stage`) multiplied into `sums`: per k-step, each lane's fragments
     /// loaded, conjugated where the op says so and split, then three `mma` per real product.
+    /// `sums` are the parts (re, im; the third unused) or, with `GAUSS`, Gauss's three products
+    /// (see [`parts`]).
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    fn multiply<const MT: usize, const NT: usize, const AK: bool, const BK: bool>(
+    fn multiply<const MT: usize, const NT: usize, const AK: bool, const BK: bool, const GAUSS: bool>(
         t: MmaTile,
         stage: u32,
         (lane, warp): (u32, u32),
         (conj_a, conj_b): (u32, u32),
-        (sums_re, sums_im): (&mut Sums<MT, NT>, &mut Sums<MT, NT>),
+        sums: &mut [Sums<MT, NT>; 3],
     ) {
+        if GAUSS {
+            return multiply_gauss::<MT, NT, AK, BK>(t, stage, (lane, warp), (conj_a, conj_b), sums);
+        }
         for ks in 0..t.k_steps() {
             // Values and residuals of every row tile's A fragment, per part.
             let (mut x_re, mut x_re_small) = ([[0u32; 4]; MT], [[0u32; 4]; MT]);
@@ -356,11 +390,81 @@ pub(super) mod device {
                 let y_neg_small = [y_im_small[0] ^ SIGN, y_im_small[1] ^ SIGN];
                 for i in 0..MT {
                     let (re, im) = ((x_re[i], x_re_small[i]), (x_im[i], x_im_small[i]));
-                    sums_re[i][j] = two_products(re, (y_re, y_re_small), im, (y_neg, y_neg_small), sums_re[i][j]);
-                    sums_im[i][j] = two_products(re, (y_im, y_im_small), im, (y_re, y_re_small), sums_im[i][j]);
+                    sums[0][i][j] = two_products(re, (y_re, y_re_small), im, (y_neg, y_neg_small), sums[0][i][j]);
+                    sums[1][i][j] = two_products(re, (y_im, y_im_small), im, (y_re, y_re_small), sums[1][i][j]);
                 }
             }
         }
+    }
+
+    /// [`multiply`] with Gauss's three products into `sums`: each fragment element's parts and
+    /// their sum split, then three `mma` per product.
+    // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn multiply_gauss<const MT: usize, const NT: usize, const AK: bool, const BK: bool>(
+        t: MmaTile,
+        stage: u32,
+        (lane, warp): (u32, u32),
+        (conj_a, conj_b): (u32, u32),
+        sums: &mut [Sums<MT, NT>; 3],
+    ) {
+        // [re, im, re + im] of an element, as TF32 values and residuals.
+        let split = |[re, im]: [f32; 2], conj: u32| {
+            let im = f32::from_bits(im.to_bits() ^ conj);
+            let ((v0, r0), (v1, r1), (v2, r2)) = (split_tf32(re), split_tf32(im), split_tf32(re + im));
+            ([v0, v1, v2], [r0, r1, r2])
+        };
+        for ks in 0..t.k_steps() {
+            // Per row tile and product: [row tile][product][register].
+            let (mut x, mut x_small) = ([[[0u32; 4]; 3]; MT], [[[0u32; 4]; 3]; MT]);
+            for i in 0..MT {
+                for e in 0..4 {
+                    let (r, l) = t.a_fragment(lane, warp, i as u32, ks, e as u32);
+                    let (big, small) = split(ld_shared_f32x2(stage + 8 * t.a_slot(r, l, AK)), conj_a);
+                    for v in 0..3 {
+                        (x[i][v][e], x_small[i][v][e]) = (big[v], small[v]);
+                    }
+                }
+            }
+            for j in 0..NT {
+                let (mut y, mut y_small) = ([[0u32; 2]; 3], [[0u32; 2]; 3]);
+                for e in 0..2 {
+                    let (l, col) = t.b_fragment(lane, warp, j as u32, ks, e as u32);
+                    let (big, small) = split(ld_shared_f32x2(stage + 8 * t.b_slot(l, col, [AK, BK])), conj_b);
+                    for v in 0..3 {
+                        (y[v][e], y_small[v][e]) = (big[v], small[v]);
+                    }
+                }
+                for i in 0..MT {
+                    for v in 0..3 {
+                        sums[v][i][j] = product((x[i][v], x_small[i][v]), (y[v], y_small[v]), sums[v][i][j]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The parts `[re, im]` of [`multiply`]'s `sums`: the first two as they are, or with
+    /// `GAUSS` `re = p - q` and `im = s - (p + q)` from Gauss's `[p, q, s]`.
+    // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn parts<const MT: usize, const NT: usize, const GAUSS: bool>(sums: &[Sums<MT, NT>; 3]) -> [Sums<MT, NT>; 2] {
+        if !GAUSS {
+            return [sums[0], sums[1]];
+        }
+        let mut out = [[[[0.0f32; 4]; NT]; MT]; 2];
+        for i in 0..MT {
+            for j in 0..NT {
+                for e in 0..4 {
+                    let (p, q, s) = (sums[0][i][j][e], sums[1][i][j][e], sums[2][i][j][e]);
+                    out[0][i][j][e] = p - q;
+                    out[1][i][j][e] = s - (p + q);
+                }
+            }
+        }
+        out
     }
 
     /// One `bm x bn` tile of one matrix per block (module docs); `AK` / `BK`: A / B stored
@@ -377,6 +481,7 @@ pub(super) mod device {
         const NT: usize,
         const KB: usize,
         const ONE: bool,
+        const GAUSS: bool,
         const AK: bool,
         const BK: bool,
     >(
@@ -384,9 +489,9 @@ pub(super) mod device {
     ) {
         // Two bodies, so that each holds only its own copies' places in registers.
         if p.a_pairs != 0 && p.b_pairs != 0 {
-            unsafe { tensor_body::<WR, WC, MT, NT, KB, ONE, AK, BK, true>(p) }
+            unsafe { tensor_body::<WR, WC, MT, NT, KB, ONE, GAUSS, AK, BK, true>(p) }
         } else {
-            unsafe { tensor_body::<WR, WC, MT, NT, KB, ONE, AK, BK, false>(p) }
+            unsafe { tensor_body::<WR, WC, MT, NT, KB, ONE, GAUSS, AK, BK, false>(p) }
         }
     }
 
@@ -404,6 +509,7 @@ pub(super) mod device {
         const NT: usize,
         const KB: usize,
         const ONE: bool,
+        const GAUSS: bool,
         const AK: bool,
         const BK: bool,
         const PAIRS: bool,
@@ -417,6 +523,7 @@ pub(super) mod device {
             n_tiles: NT as u32,
             bk: KB as u32,
             one_chunk: ONE,
+            products: if GAUSS { Products::Gauss } else { Products::Four },
         };
         let item = block_idx_x();
         if item >= p.items {
@@ -465,15 +572,17 @@ pub(super) mod device {
 
         let conj = |op: u32| if op == Op::C as u32 { SIGN } else { 0 };
         let (conj_a, conj_b) = (conj(p.op_a), conj(p.op_b));
-        let mut acc_re = [[[0.0f32; 4]; NT]; MT];
-        let mut acc_im = [[[0.0f32; 4]; NT]; MT];
-        if ONE {
+        let zeros = [[[0.0f32; 4]; NT]; MT];
+        let acc = if ONE {
             copy(0, 0);
             cp_async_commit();
             cp_async_wait_group::<0>();
             sync_threads();
-            multiply::<MT, NT, AK, BK>(t, smem, (lane, warp), (conj_a, conj_b), (&mut acc_re, &mut acc_im));
+            let mut sums = [zeros; 3];
+            multiply::<MT, NT, AK, BK, GAUSS>(t, smem, (lane, warp), (conj_a, conj_b), &mut sums);
+            parts::<MT, NT, GAUSS>(&sums)
         } else {
+            let mut acc = [zeros; 2];
             // STAGES - 1 chunks in flight; one commit per chunk, empty or not, keeps the group
             // count (and so the wait below) uniform.
             for stage in 0..STAGES - 1 {
@@ -498,20 +607,22 @@ pub(super) mod device {
 
                 let stage = smem + current * stage_bytes;
                 current = if current + 1 == STAGES { 0 } else { current + 1 };
-                let mut part_re = [[[0.0f32; 4]; NT]; MT];
-                let mut part_im = [[[0.0f32; 4]; NT]; MT];
-                multiply::<MT, NT, AK, BK>(t, stage, (lane, warp), (conj_a, conj_b), (&mut part_re, &mut part_im));
+                let mut sums = [zeros; 3];
+                multiply::<MT, NT, AK, BK, GAUSS>(t, stage, (lane, warp), (conj_a, conj_b), &mut sums);
+                let part = parts::<MT, NT, GAUSS>(&sums);
                 for i in 0..MT {
                     for j in 0..NT {
                         for e in 0..4 {
-                            acc_re[i][j][e] += part_re[i][j][e];
-                            acc_im[i][j][e] += part_im[i][j][e];
+                            for h in 0..2 {
+                                acc[h][i][j][e] += part[h][i][j][e];
+                            }
                         }
                     }
                 }
                 q += 1;
             }
-        }
+            acc
+        };
 
         let c_matrix = c + 8 * (p.batch_base + at.first as u64) * p.stride_c;
         for i in 0..MT {
@@ -521,7 +632,7 @@ pub(super) mod device {
                     let (row, column) = (at.row0 + r, at.col0 + col);
                     if row < p.m && column < p.n {
                         let at_c = c_matrix + 8 * (row as u64 + column as u64 * p.ldc as u64);
-                        let value = epilogue_at(p, Complex32 { re: acc_re[i][j][e], im: acc_im[i][j][e] }, at_c);
+                        let value = epilogue_at(p, Complex32 { re: acc[0][i][j][e], im: acc[1][i][j][e] }, at_c);
                         stg_f32x2(at_c, [value.re, value.im]);
                     }
                 }
