@@ -239,6 +239,7 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile, [x_aligned, y_aligned]: [
         let mut acc = vec![[[0.0f64; 4]; 32]; (WARPS * mt * nt) as usize];
         for cc in 0..p.channel_chunks {
             let mut smem = SharedMemory::<f32>::new(sp.stage_floats as usize);
+            let mut runs = vec![Vec::new(); BLOCK_THREADS as usize];
             for thread in 0..BLOCK_THREADS {
                 let (mut stores, mut weights) = (Vec::new(), Vec::new());
                 sp.copy_chunk(
@@ -257,7 +258,13 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile, [x_aligned, y_aligned]: [
                 );
                 // The slots a thread rounds after its copies land are exactly its copies'.
                 let mut owned = Vec::new();
-                sp.own_slots(tile, thread, |slot| owned.push(slot));
+                sp.own_slots(tile, thread, |slot| {
+                    // NHWC runs are rewritten by 16-byte accesses.
+                    assert!(slot.is_multiple_of(tile.own_run()), "a run at slot {slot}");
+                    assert!((slot + sp.residual_offset()).is_multiple_of(tile.own_run()));
+                    runs[thread as usize].push(slot);
+                    owned.extend(slot..slot + tile.own_run());
+                });
                 let mut copied: Vec<u32> = stores.iter().map(|&(slot, _)| slot).collect();
                 copied.sort_unstable();
                 owned.sort_unstable();
@@ -274,6 +281,20 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile, [x_aligned, y_aligned]: [
                         let big = tf32(v);
                         smem.store(slot, big);
                         smem.store(slot + sp.residual_offset(), tf32(v - big));
+                    }
+                }
+            }
+            // A 16-byte access is served 8 lanes at a time: their runs must fall on 8 distinct
+            // groups of 4 banks.
+            if tile.own_run() == 4 {
+                for quarter in runs.chunks(8) {
+                    for call in 0..quarter[0].len() {
+                        let mut groups: Vec<u32> =
+                            quarter.iter().filter_map(|r| r.get(call)).map(|slot| slot / 4 % 8).collect();
+                        let calls = groups.len();
+                        groups.sort_unstable();
+                        groups.dedup();
+                        assert_eq!(groups.len(), calls, "{}: the rounding pass's accesses conflict", tile.name);
                     }
                 }
             }

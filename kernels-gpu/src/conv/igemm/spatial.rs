@@ -115,6 +115,12 @@ impl IgemmTile {
         if self.channels_last { 2 } else { 1 }
     }
 
+    /// Consecutive input slots per call of `own_slots`: NHWC a 16-byte copy's 4 channels, NCHW
+    /// 1 (a thread's slots lie a channel's halo apart).
+    pub const fn own_run(&self) -> u32 {
+        if self.channels_last { 4 } else { 1 }
+    }
+
     /// Halo position that `thread` copies in round `i` (with `4 * (thread % 2)` the first of
     /// its channels for NHWC).
     #[inline(always)]
@@ -289,20 +295,17 @@ impl IgemmSpatialParams {
         }
     }
 
-    /// Calls `f(slot)` for each input slot of a stage that `thread`'s copies fill
-    /// ([`Self::copy_chunk`]): once they have landed, the same thread may rewrite them (rounded
-    /// to TF32) before the barrier that shows them to the others.
+    /// Calls `f(slot)` for each run of [`IgemmTile::own_run`] input slots from `slot` that
+    /// `thread`'s copies fill ([`Self::copy_chunk`]): once they have landed, the same thread
+    /// may rewrite them (rounded to TF32) before the barrier that shows them to the others.
+    /// NHWC runs are a 16-byte copy's 4 channels, so that a warp rewrites 512 contiguous bytes
+    /// per 16-byte access (4 floats of one access apiece were 4-way bank conflicts).
     #[inline(always)]
     pub fn own_slots(&self, t: &IgemmTile, thread: u32, mut f: impl FnMut(u32)) {
         let mut q = t.halo_position(thread, 0);
         while q < self.halo_plane {
             if t.channels_last {
-                let first = q * BK + 4 * (thread % 2);
-                let mut k = 0;
-                while k < 4 {
-                    f(first + k);
-                    k += 1;
-                }
+                f(q * BK + 4 * (thread % 2));
             } else {
                 let mut k = 0;
                 while k < BK {
@@ -477,10 +480,22 @@ pub(crate) mod device {
             // Each input rounded to TF32 (and for 3xTF32 its residual stored beside) once here
             // rather than at every filter tap.
             p.own_slots(&t, thread, |slot| {
-                let (big, small) = split::<SPLIT>(ld_shared_f32(at_stage + 4 * slot));
-                st_shared_f32(at_stage + 4 * slot, f32::from_bits(big));
-                if SPLIT {
-                    st_shared_f32(at_stage + 4 * (slot + residual), f32::from_bits(small));
+                if t.own_run() == 4 {
+                    let (mut big, mut small) = ([0.0f32; 4], [0.0f32; 4]);
+                    for (k, v) in ld_shared_f32x4(at_stage + 4 * slot).into_iter().enumerate() {
+                        let (b, s) = split::<SPLIT>(v);
+                        (big[k], small[k]) = (f32::from_bits(b), f32::from_bits(s));
+                    }
+                    st_shared_f32x4(at_stage + 4 * slot, big);
+                    if SPLIT {
+                        st_shared_f32x4(at_stage + 4 * (slot + residual), small);
+                    }
+                } else {
+                    let (big, small) = split::<SPLIT>(ld_shared_f32(at_stage + 4 * slot));
+                    st_shared_f32(at_stage + 4 * slot, f32::from_bits(big));
+                    if SPLIT {
+                        st_shared_f32(at_stage + 4 * (slot + residual), f32::from_bits(small));
+                    }
                 }
             });
             sync_threads();
