@@ -243,21 +243,29 @@ const WEIGHT_COPY_COST: f64 = 1.5;
 /// shared memory, and its halo is read at every tap (2-way bank conflicts at stride 2). Fitted
 /// with [`WEIGHT_COPY_COST`].
 const SPATIAL_INPUT_COST: f64 = 4.0;
-/// The same for an NHWC spatial tile in 3xTF32. Fitted at fae999c on every NHWC variant timed
-/// on the `grouped-nhwc` suite (the other constants kept): with [`SPATIAL_INPUT_COST`] the
-/// model took the 3xTF32 spatial tile on RegNetY's 24- and 56-wide groups, where it ran
-/// 1.09-1.40x the flat tile's time (0.740 against 0.527 ms on regy8-c224-56), while on
-/// ResNeXt's 4- and 8-wide groups it was 1.08-1.20x faster than flat. 6 (as 7 and 8) keeps the
-/// flat tile everywhere in 3xTF32: 74 of 90 picks within 5% (75 with 4), worst 1.20x (1.40x).
-/// Why the wide 3xTF32 NHWC spatial tiles are slow was not profiled (`benches/NOTES.md`).
-const SPATIAL_NHWC_3XTF32_INPUT_COST: f64 = 6.0;
+/// The same for an NHWC spatial tile: it rounds its inputs in 16-byte accesses (since 101342a),
+/// a quarter of the NCHW tiles' shared-memory instructions. Refitted at 101342a on every NHWC
+/// variant timed on the `grouped-nhwc` suite (the NCHW constants kept): with 4 here and 6 for
+/// 3xTF32 the model was within 5% of the fastest on 69 of 90 picks (worst 1.32x), with these
+/// three on 80 (worst 1.19x). See benches/NOTES.md, "Tensor-core NHWC" v3.
+const SPATIAL_NHWC_INPUT_COST: f64 = 2.0;
+/// An NHWC spatial tile's input in 3xTF32 (a residual stored beside each value, and read at
+/// every tap), for tiles of up to 32 columns: on ResNeXt's 4- and 8-wide groups they ran
+/// 1.10-1.32x faster than the flat tiles at 101342a.
+const SPATIAL_NHWC_3XTF32_INPUT_COST: f64 = 4.5;
+/// The same for 3xTF32 NHWC spatial tiles of 56 and 64 columns (137-175 registers): on
+/// RegNetY's 56-wide groups they ran 1.3-1.5x slower than the flat tiles at 101342a (0.686
+/// against 0.525 ms on regy8-c224-56), which this keeps from being picked. Why those tiles are
+/// slow was not profiled.
+const SPATIAL_NHWC_3XTF32_WIDE_INPUT_COST: f64 = 6.0;
 /// Blocks per multiprocessor below which a grid counts as proportionally slower in [`ranked`]
 /// (fitted with [`WEIGHT_COPY_COST`]: 2 picked better than 1 or 3).
 const FULL_GRID_BLOCKS_PER_SM: u32 = 2;
 
 /// The variants of `precision` for `conv`, cheapest first by the cost model: elements copied
-/// (weights weighted by `WEIGHT_COPY_COST`, a spatial tile's inputs by `SPATIAL_INPUT_COST`
-/// or, NHWC in 3xTF32, `SPATIAL_NHWC_3XTF32_INPUT_COST`),
+/// (weights weighted by `WEIGHT_COPY_COST`, a spatial tile's inputs by `SPATIAL_INPUT_COST`,
+/// or for NHWC tiles `SPATIAL_NHWC_INPUT_COST` and in 3xTF32 `SPATIAL_NHWC_3XTF32_INPUT_COST`
+/// or, past 32 columns, `SPATIAL_NHWC_3XTF32_WIDE_INPUT_COST`),
 /// a grid of fewer than `FULL_GRID_BLOCKS_PER_SM` blocks (work items of a spatial tile) per
 /// multiprocessor counting as proportionally slower (idle multiprocessors). None where
 /// [`tile_unsupported`].
@@ -273,8 +281,10 @@ pub fn ranked(
         let (inputs, weights) = s.copies(taps);
         let input_cost = match (s.spatial, s.tile.channels_last, s.tile.precision) {
             (None, ..) => 1.0,
+            (Some(_), false, _) => SPATIAL_INPUT_COST,
+            (Some(_), true, Precision::Tf32) => SPATIAL_NHWC_INPUT_COST,
+            (Some(_), true, Precision::Tf32x3) if s.tile.bn() > 32 => SPATIAL_NHWC_3XTF32_WIDE_INPUT_COST,
             (Some(_), true, Precision::Tf32x3) => SPATIAL_NHWC_3XTF32_INPUT_COST,
-            (Some(_), ..) => SPATIAL_INPUT_COST,
         };
         (input_cost * inputs + WEIGHT_COPY_COST * weights) / fill
     };
