@@ -9,8 +9,8 @@
 //!   kernel's NHWC tiles, 3xTF32 in the exact class (1.2-5.0x cuDNN's exact best on the
 //!   `grouped-nhwc` suite), TF32 in the fast class except for groups whose input and output
 //!   widths are both powers of two, where cuDNN's grouped TF32 engines run (ResNeXt's 4 to 32
-//!   wide groups at N = 32: ours 0.49-0.89x of them at 95d226f, spatial tiles included;
-//!   RegNetY's 24 and 56, ShuffleNet's 12/48 and 20/80: 0.95-2.32x, 2 of 22 below 1x); the
+//!   wide groups at N = 32: ours 0.49-0.99x of them at 26f9b09, spatial tiles included;
+//!   RegNetY's 24 and 56, ShuffleNet's 12/48 and 20/80: 0.95-2.54x, 2 of 22 below 1x); the
 //!   rest to cuDNN (its heuristic's first choice).
 //! - Filters of at least [`FFT_MIN_TAPS`] taps go to an FFT convolution: the fused
 //!   whole-image kernel (depthwise layers) or the tiled one at one of its tile sizes, whichever
