@@ -255,8 +255,9 @@ const SPATIAL_NHWC_INPUT_COST: f64 = 2.0;
 const SPATIAL_NHWC_3XTF32_INPUT_COST: f64 = 4.5;
 /// The same for 3xTF32 NHWC spatial tiles of 56 and 64 columns (137-175 registers): on
 /// RegNetY's 56-wide groups they ran 1.3-1.5x slower than the flat tiles at 101342a (0.686
-/// against 0.525 ms on regy8-c224-56), which this keeps from being picked. Why those tiles are
-/// slow was not profiled.
+/// against 0.525 ms on regy8-c224-56), which this keeps from being picked: their 90 KB of
+/// shared memory (two stages of packed weights and residuals) leave 2 blocks per SM (Nsight
+/// Compute, benches/NOTES.md "Tensor-core NHWC").
 const SPATIAL_NHWC_3XTF32_WIDE_INPUT_COST: f64 = 6.0;
 /// Blocks per multiprocessor below which a grid counts as proportionally slower in [`ranked`]
 /// (fitted with [`WEIGHT_COPY_COST`]: 2 picked better than 1 or 3).
