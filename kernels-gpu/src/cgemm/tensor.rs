@@ -65,7 +65,7 @@ pub enum Products {
     #[default]
     Four,
     /// Gauss's three (3M): `p = a.re·b.re`, `q = a.im·b.im` and `s = (a.re + a.im)·(b.re +
-    /// b.im)`, summed apart, then `re = p - q` and `im = s - p - q`. A quarter fewer `mma` for
+    /// b.im)`, summed apart, then `re = p - q` and `im = s - (p + q)`. A quarter fewer `mma` for
     /// three splits per element instead of two; `im` comes from sums up to twice the size of
     /// the products' magnitude, so its error bound is about twice the standard one
     /// (`host/cgemm.rs`, `tolerance`).
