@@ -237,108 +237,138 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile, [x_aligned, y_aligned]: [
         let origin = sp.origin(tile, pixel_tile);
         let sources: Vec<_> = (0..BLOCK_THREADS).map(|t| sp.tile_source(tile, item, t)).collect();
         let mut acc = vec![[[0.0f64; 4]; 32]; (WARPS * mt * nt) as usize];
-        for cc in 0..p.channel_chunks {
-            let mut smem = SharedMemory::<f32>::new(sp.stage_floats as usize);
-            let mut runs = vec![Vec::new(); BLOCK_THREADS as usize];
+        // The kernel's pipeline, one phase per step: the halo copied in the phase before is
+        // rounded by its copiers, a barrier, then the next step's weights (and at a chunk's
+        // first step the next chunk's halo) are copied while this step's taps read the other
+        // buffers (the same phase: shared memory flags any overlap).
+        let steps: Vec<(u32, u32)> =
+            (0..p.channel_chunks).flat_map(|cc| (0..sp.tap_steps).map(move |step| (cc, step))).collect();
+        let mut smem = SharedMemory::<f32>::new((shape.smem_bytes() / 4) as usize);
+        let halo_of = |cc: u32| sp.halo_buffer(tile, cc % 2);
+        let weights_of = |k: usize| sp.weight_buffer(tile, k as u32 % 2);
+        let copy_halo = |smem: &mut SharedMemory<f32>, cc: u32| {
+            let halo = halo_of(cc);
             for thread in 0..BLOCK_THREADS {
-                let (mut stores, mut weights) = (Vec::new(), Vec::new());
-                sp.copy_chunk(
-                    tile,
-                    &sources[thread as usize],
-                    thread,
-                    cc,
-                    |slot, offset, inside, wide| {
-                        assert!(inside || offset == 0, "a zero copy reads element {offset}, not 0");
-                        stores.extend(input_copy(p, &x, slot, offset, inside, wide));
-                    },
-                    |slot, offset| {
-                        assert!(slot.is_multiple_of(4) && offset.is_multiple_of(4), "16-byte copy {offset} -> {slot}");
-                        weights.extend((0..4).map(|i| (slot + i, packed[(offset + i as u64) as usize])));
-                    },
-                );
+                let mut stores = Vec::new();
+                sp.copy_halo(tile, &sources[thread as usize], thread, cc, |slot, offset, inside, wide| {
+                    assert!(inside || offset == 0, "a zero copy reads element {offset}, not 0");
+                    stores.extend(input_copy(p, &x, halo + slot, offset, inside, wide));
+                });
                 // The slots a thread rounds after its copies land are exactly its copies'.
                 let mut owned = Vec::new();
-                sp.own_slots(tile, thread, |slot| {
-                    // NHWC runs are rewritten by 16-byte accesses.
-                    assert!(slot.is_multiple_of(tile.own_run()), "a run at slot {slot}");
-                    assert!((slot + sp.residual_offset()).is_multiple_of(tile.own_run()));
-                    runs[thread as usize].push(slot);
-                    owned.extend(slot..slot + tile.own_run());
-                });
+                sp.own_slots(tile, thread, |slot| owned.extend(halo + slot..halo + slot + tile.own_run()));
                 let mut copied: Vec<u32> = stores.iter().map(|&(slot, _)| slot).collect();
                 copied.sort_unstable();
                 owned.sort_unstable();
                 assert_eq!(owned, copied, "thread {thread} would round slots it did not copy");
                 smem.item = thread;
-                for (slot, v) in stores.into_iter().chain(weights) {
+                for (slot, v) in stores {
                     smem.store(slot, v);
                 }
-                // 3xTF32: the split the thread makes once its copies land (TF32 is left
-                // exact here, within the f32 bound: its rounding has a bound of its own).
-                if tile.precision == Precision::Tf32x3 {
-                    for slot in owned {
-                        let v = smem.load(slot);
-                        let big = tf32(v);
-                        smem.store(slot, big);
-                        smem.store(slot + sp.residual_offset(), tf32(v - big));
-                    }
-                }
             }
-            // A 16-byte access is served 8 lanes at a time: their runs must fall on 8 distinct
-            // groups of 4 banks.
-            if tile.own_run() == 4 {
-                for quarter in runs.chunks(8) {
-                    for call in 0..quarter[0].len() {
-                        let mut groups: Vec<u32> =
-                            quarter.iter().filter_map(|r| r.get(call)).map(|slot| slot / 4 % 8).collect();
-                        let calls = groups.len();
-                        groups.sort_unstable();
-                        groups.dedup();
-                        assert_eq!(groups.len(), calls, "{}: the rounding pass's accesses conflict", tile.name);
+        };
+        let copy_weights = |smem: &mut SharedMemory<f32>, k: usize| {
+            let ((cc, step), weights) = (steps[k], weights_of(k));
+            for thread in 0..BLOCK_THREADS {
+                smem.item = thread;
+                sp.copy_step_weights(tile, sources[thread as usize].block, thread, cc, step, |slot, offset| {
+                    assert!(slot.is_multiple_of(4) && offset.is_multiple_of(4), "16-byte copy {offset} -> {slot}");
+                    for i in 0..4 {
+                        smem.store(weights + slot + i, packed[(offset + i as u64) as usize]);
+                    }
+                });
+            }
+        };
+        copy_halo(&mut smem, 0);
+        copy_weights(&mut smem, 0);
+        let mut landing = Some(0);
+        for (k, &(cc, step)) in steps.iter().enumerate() {
+            let (halo, weights) = (halo_of(cc), weights_of(k));
+            if let Some(landed) = landing {
+                let halo = halo_of(landed);
+                let mut runs = vec![Vec::new(); BLOCK_THREADS as usize];
+                for thread in 0..BLOCK_THREADS {
+                    smem.item = thread;
+                    sp.own_slots(tile, thread, |slot| {
+                        // NHWC runs are rewritten by 16-byte accesses.
+                        assert!(slot.is_multiple_of(tile.own_run()), "a run at slot {slot}");
+                        assert!((slot + sp.residual_offset()).is_multiple_of(tile.own_run()));
+                        runs[thread as usize].push(slot);
+                        // 3xTF32: the split the thread makes once its copies land (TF32 is
+                        // left exact here, within the f32 bound: its rounding has a bound of
+                        // its own).
+                        if tile.precision == Precision::Tf32x3 {
+                            for slot in halo + slot..halo + slot + tile.own_run() {
+                                let v = smem.load(slot);
+                                let big = tf32(v);
+                                smem.store(slot, big);
+                                smem.store(slot + sp.residual_offset(), tf32(v - big));
+                            }
+                        }
+                    });
+                }
+                // A 16-byte access is served 8 lanes at a time: their runs must fall on 8
+                // distinct groups of 4 banks.
+                if tile.own_run() == 4 {
+                    for quarter in runs.chunks(8) {
+                        for call in 0..quarter[0].len() {
+                            let mut groups: Vec<u32> =
+                                quarter.iter().filter_map(|r| r.get(call)).map(|slot| slot / 4 % 8).collect();
+                            let calls = groups.len();
+                            groups.sort_unstable();
+                            groups.dedup();
+                            assert_eq!(groups.len(), calls, "{}: the rounding pass's accesses conflict", tile.name);
+                        }
                     }
                 }
             }
             smem.barrier();
-            let mut tap = 0;
-            for r in 0..p.window.filter_r {
-                for s in 0..p.window.filter_s {
-                    let offset = sp.tap_offset(tile, r, s);
-                    for warp in 0..WARPS {
-                        for i in 0..mt {
-                            for j in 0..nt {
-                                let (mut a, mut b) = ([[0.0f32; 4]; 32], [[0.0f32; 2]; 32]);
-                                for lane in 0..32 {
-                                    smem.item = warp * 32 + lane;
-                                    if tile.channels_last {
-                                        // The kernel loads elements e and e + 2 as one 8-byte pair.
-                                        for e in 0..2 {
-                                            let slot = sp.a_slot(tile, lane, warp, i, e, offset);
-                                            assert!(slot.is_multiple_of(2), "8-byte load at slot {slot}");
-                                            assert_eq!(sp.a_slot(tile, lane, warp, i, e + 2, offset), slot + 1);
-                                        }
-                                    }
-                                    for e in 0..4 {
+            if k + 1 < steps.len() {
+                copy_weights(&mut smem, k + 1);
+            }
+            landing = None;
+            if step == 0 && cc + 1 < p.channel_chunks {
+                copy_halo(&mut smem, cc + 1);
+                landing = Some(cc + 1);
+            }
+            let (first, taps) = sp.step_taps(step);
+            for tap in 0..taps {
+                let (r, s) = ((first + tap) / p.window.filter_s, (first + tap) % p.window.filter_s);
+                let offset = sp.tap_offset(tile, r, s);
+                for warp in 0..WARPS {
+                    for i in 0..mt {
+                        for j in 0..nt {
+                            let (mut a, mut b) = ([[0.0f32; 4]; 32], [[0.0f32; 2]; 32]);
+                            for lane in 0..32 {
+                                smem.item = warp * 32 + lane;
+                                if tile.channels_last {
+                                    // The kernel loads elements e and e + 2 as one 8-byte pair.
+                                    for e in 0..2 {
                                         let slot = sp.a_slot(tile, lane, warp, i, e, offset);
-                                        a[lane as usize][e as usize] = if tile.precision == Precision::Tf32x3 {
-                                            smem.load(slot) + smem.load(slot + sp.residual_offset())
-                                        } else {
-                                            smem.load(slot)
-                                        };
-                                    }
-                                    let pair = sp.b_pair(tile, lane, j, tap);
-                                    assert!(pair.is_multiple_of(2), "8-byte load at slot {pair}");
-                                    b[lane as usize] = [smem.load(pair), smem.load(pair + 1)];
-                                    if tile.precision == Precision::Tf32x3 {
-                                        let residual = pair + spatial::IgemmSpatialParams::b_residual(tile);
-                                        b[lane as usize][0] += smem.load(residual);
-                                        b[lane as usize][1] += smem.load(residual + 1);
+                                        assert!(slot.is_multiple_of(2), "8-byte load at slot {slot}");
+                                        assert_eq!(sp.a_slot(tile, lane, warp, i, e + 2, offset), slot + 1);
                                     }
                                 }
-                                mma(&a, &b, &mut acc[((warp * mt + i) * nt + j) as usize]);
+                                for e in 0..4 {
+                                    let slot = halo + sp.a_slot(tile, lane, warp, i, e, offset);
+                                    a[lane as usize][e as usize] = if tile.precision == Precision::Tf32x3 {
+                                        smem.load(slot) + smem.load(slot + sp.residual_offset())
+                                    } else {
+                                        smem.load(slot)
+                                    };
+                                }
+                                let pair = weights + spatial::IgemmSpatialParams::b_pair(tile, lane, j, tap);
+                                assert!(pair.is_multiple_of(2), "8-byte load at slot {pair}");
+                                b[lane as usize] = [smem.load(pair), smem.load(pair + 1)];
+                                if tile.precision == Precision::Tf32x3 {
+                                    let residual = pair + spatial::IgemmSpatialParams::b_residual(tile);
+                                    b[lane as usize][0] += smem.load(residual);
+                                    b[lane as usize][1] += smem.load(residual + 1);
+                                }
                             }
+                            mma(&a, &b, &mut acc[((warp * mt + i) * nt + j) as usize]);
                         }
                     }
-                    tap += 1;
                 }
             }
         }
@@ -402,13 +432,16 @@ fn every_variant_computes_grouped_convolutions_on_the_cpu() {
         "n=3,c=24,h=5,w=5,k=36,r=1,s=1,groups=4",
         // Groups of 12 channels and 20 outputs: NHWC copies 4 channels at once, chunks ragged.
         "n=2,c=36,h=7,w=6,k=60,r=3,s=3,pad=1,stride=2x1,groups=3",
+        // 5x5: spatial tiles of 32 columns and more take the taps in several steps, rows of
+        // the filter split across them.
+        "n=1,c=16,h=9,w=10,k=24,r=5,s=5,pad=2,groups=2",
     ];
     for tile in IGEMM_FWD_VARIANTS {
         let mut ran = 0;
         for spec in specs {
             let conv = in_layout_of(tile, spec);
-            // Spatial tiles refuse layers whose halo or weights do not fit their stages (the
-            // wide 3xTF32 ones at stride 2, NHWC ones at dilation 2): a refusal is tested below.
+            // Spatial tiles refuse layers whose halo their copies do not cover (NHWC 16x8 and
+            // 8x16 tiles at stride 2): a refusal is tested below.
             if igemm::tile_unsupported(&conv, &conv.geometry().unwrap(), tile).is_some() {
                 assert!(tile.pixels != PixelTile::Flat && spec.contains("stride=2"), "{conv} refused by {}", tile.name);
                 continue;
@@ -598,7 +631,7 @@ fn spatial_fragment_loads_are_free_of_bank_conflicts_at_stride_one() {
                     for half in [0u32, 16] {
                         for region in 0..tile.regions() {
                             let words = (half..half + 16).flat_map(|l| {
-                                let slot = sp.b_pair(tile, l, j, r * 3 + s)
+                                let slot = spatial::IgemmSpatialParams::b_pair(tile, l, j, r * 3 + s)
                                     + region * spatial::IgemmSpatialParams::b_residual(tile);
                                 [slot, slot + 1]
                             });
@@ -712,35 +745,62 @@ fn oversized_or_invalid_layers_are_refused_without_a_panic() {
 
 /// Spatial tiles refuse layers whose halo or per-chunk weights do not fit (with a reason, no
 /// panic); the flat tiles take every valid layer, and the model ranks only what can run.
+/// Spatial tiles refuse halos their copies do not cover, and hold the weights of as many taps
+/// per step as keep them within the shared-memory target (large filters too).
 #[test]
-fn spatial_tiles_refuse_halos_and_filters_beyond_their_shared_memory() {
+fn spatial_tiles_refuse_halos_beyond_their_copies_and_step_through_large_filters() {
     let spatial = |t: &&IgemmTile| t.pixels != PixelTile::Flat;
-    for spec in [
-        // Dilation 8: a 16x8 tile's halo spans 31 x 23 inputs, an 8x8 one 23 x 23 (529, fits).
-        "n=1,c=16,h=40,w=40,k=16,r=3,s=3,pad=8,dilation=8,groups=2",
-        // 7x7 filters: 49 taps of 64 columns are 100 KB of weights per stage.
-        "n=1,c=64,h=20,w=20,k=64,r=7,s=7,pad=3,groups=1",
+    // Dilation 8: a 16x8 tile's halo spans 31 x 23 inputs, an 8x8 one 23 x 23 (529, fits).
+    let conv: Conv2d = "n=1,c=16,h=40,w=40,k=16,r=3,s=3,pad=8,dilation=8,groups=2".parse().unwrap();
+    let geom = conv.geometry().unwrap();
+    let refused: Vec<_> = IGEMM_FWD_VARIANTS
+        .iter()
+        .filter(|t| !t.channels_last && igemm::tile_unsupported(&conv, &geom, t).is_some())
+        .collect();
+    assert!(!refused.is_empty() && refused.iter().all(spatial), "{refused:?}");
+    for tile in &refused {
+        let s = igemm::shape(&conv, &geom, tile).spatial.unwrap();
+        assert!(s.halo_h * s.halo_w > tile.max_halo_plane(), "{}", tile.name);
+    }
+    assert!(igemm::supporting_variants(&conv, &geom).any(|t| spatial(&t)), "some spatial tile fits");
+    for precision in [Precision::Tf32, Precision::Tf32x3] {
+        assert!(igemm::ranked(&conv, &geom, precision, 132).all(|s| !refused.contains(&&s.tile)));
+    }
+
+    for (spec, taps) in [
+        ("n=1,c=64,h=20,w=20,k=64,r=3,s=3,pad=1,groups=1", 9),
+        // 49 taps of 64 columns are 200 KB of 3xTF32 weights per chunk.
+        ("n=1,c=64,h=20,w=20,k=64,r=7,s=7,pad=3,groups=1", 49),
     ] {
-        let conv: Conv2d = spec.parse().unwrap();
-        let geom = conv.geometry().unwrap();
-        let refused: Vec<_> = IGEMM_FWD_VARIANTS
-            .iter()
-            .filter(|t| !t.channels_last && igemm::tile_unsupported(&conv, &geom, t).is_some())
-            .collect();
-        assert!(!refused.is_empty() && refused.iter().all(spatial), "{spec}: {refused:?}");
-        for tile in &refused {
+        for tile in IGEMM_FWD_VARIANTS.iter().filter(spatial) {
+            let conv = in_layout_of(tile, spec);
+            let geom = conv.geometry().unwrap();
+            assert_eq!(igemm::tile_unsupported(&conv, &geom, tile), None, "{spec} on {}", tile.name);
             let shape = igemm::shape(&conv, &geom, tile);
-            let s = shape.spatial.unwrap();
-            assert!(
-                s.halo_h * s.halo_w > tile.max_halo_plane() || shape.smem_bytes() > igemm::MAX_SPATIAL_SMEM,
-                "{spec}: {}",
-                tile.name
-            );
+            let (s, sp) = (shape.spatial.unwrap(), igemm::spatial_params(&conv, &geom, &shape, true, true));
+            assert!(shape.smem_bytes() <= igemm::SPATIAL_SMEM_TARGET, "{spec} on {}", tile.name);
+            // As few steps as fit, their taps spread evenly: all taps covered once.
+            let covered: u32 = (0..sp.tap_steps).map(|step| sp.step_taps(step).1).sum();
+            assert_eq!(covered, taps, "{spec} on {}", tile.name);
+            assert!(sp.step_taps(sp.tap_steps - 1).1 >= 1 && s.taps_per_step <= taps);
+            if sp.tap_steps > 1 {
+                let wider = spatial::smem_bytes(tile, s.halo_stride, taps.div_ceil(sp.tap_steps - 1));
+                assert!(wider > igemm::SPATIAL_SMEM_TARGET, "{spec} on {}: fewer steps fit", tile.name);
+            }
         }
-        assert!(igemm::supporting_variants(&conv, &geom).any(|t| spatial(&t)), "{spec}: some spatial tile fits");
-        for precision in [Precision::Tf32, Precision::Tf32x3] {
-            assert!(igemm::ranked(&conv, &geom, precision, 132).all(|s| !refused.contains(&&s.tile)));
-        }
+    }
+    // The 3x3 layers' wide 3xTF32 tiles take two steps of 5 and 4 taps; the rest one.
+    let conv: Conv2d = "n=1,c=64,h=20,w=20,k=64,r=3,s=3,pad=1,groups=1".parse().unwrap();
+    let geom = conv.geometry().unwrap();
+    for tile in IGEMM_FWD_VARIANTS.iter().filter(|t| spatial(t) && !t.channels_last) {
+        let s = igemm::shape(&conv, &geom, tile).spatial.unwrap();
+        let wide_split = tile.precision == Precision::Tf32x3 && tile.bn() > 32;
+        assert_eq!(s.taps_per_step, if wide_split { 5 } else { 9 }, "{}", tile.name);
+    }
+    // One tap beside the largest halo a tile copies fits the device's shared memory per block.
+    for tile in IGEMM_FWD_VARIANTS.iter().filter(spatial) {
+        let stride = spatial::halo_stride(tile.max_halo_plane());
+        assert!(spatial::smem_bytes(tile, stride, 1) <= 227 * 1024, "{}", tile.name);
     }
 }
 

@@ -81,9 +81,14 @@ pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
     }
 }
 
-/// Dynamic shared memory a spatial tile may take: half the H200's 227 KB per block, so that
-/// two blocks share a multiprocessor.
-pub const MAX_SPATIAL_SMEM: u32 = 113 * 1024;
+/// Dynamic shared memory a spatial tile keeps to by holding fewer filter taps' weights per step
+/// ([`IgemmSpatialParams::tap_steps`]): a third of the H200's 228 KB per multiprocessor less
+/// the 1 KB each block reserves, so that three blocks share one. A chunk in one step had held
+/// the 56- and 64-column 3xTF32 tiles to 2 blocks per SM at 3x3 (87-97 KB; Nsight Compute,
+/// benches/NOTES.md "Tensor-core NHWC"). In two steps `s16x8_n56` (130-136 registers) and
+/// `s8x8_n64` (80-96) run 3 and got 11-25% faster on RegNetY's N = 32 layers; the 16-row and
+/// 16-column n64 tiles (172-176 registers) stay at 2 and got 5-12% slower (v4 there).
+pub const SPATIAL_SMEM_TARGET: u32 = 75 * 1024;
 
 /// Why `tile`'s layout is not `conv`'s, if it is not.
 fn layout_mismatch(conv: &Conv2d, tile: &IgemmTile) -> Option<&'static str> {
@@ -125,7 +130,12 @@ pub struct SpatialShape {
     /// Input rows and columns under a tile.
     pub halo_h: u32,
     pub halo_w: u32,
-    pub stage_floats: u32,
+    /// Floats per channel of a halo buffer ([`spatial::halo_stride`]).
+    pub halo_stride: u32,
+    /// Filter taps whose weights a step holds: all of them where the shared memory stays
+    /// within [`SPATIAL_SMEM_TARGET`], else as few steps per chunk as keep it there, their taps
+    /// spread evenly.
+    pub taps_per_step: u32,
 }
 
 /// How a variant covers a layer: its groups per block and the tiles that follow.
@@ -175,8 +185,6 @@ impl IgemmShape {
             } else {
                 "a tile whose inputs span more than 640 positions (stride or dilation too large)"
             })
-        } else if spatial::smem_bytes(spatial.stage_floats) > MAX_SPATIAL_SMEM {
-            Some("the filter taps' weights of a chunk do not fit shared memory twice")
         } else if self.grid[0] * self.grid[1] > u32::MAX as u64 {
             Some("more than 2^32 - 1 work items (pixel tiles times block groups)")
         } else {
@@ -188,7 +196,7 @@ impl IgemmShape {
     pub fn smem_bytes(&self) -> u32 {
         match self.spatial {
             None => self.tile.smem_bytes(),
-            Some(s) => spatial::smem_bytes(s.stage_floats),
+            Some(s) => spatial::smem_bytes(&self.tile, s.halo_stride, s.taps_per_step),
         }
     }
 }
@@ -217,13 +225,20 @@ pub fn shape(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> IgemmShape
                 extent(cols, conv.stride[1], conv.s, conv.dilation[1]),
             );
             let taps = (conv.r * conv.s).min(u32::MAX as usize) as u32;
-            let stride = spatial::halo_stride(halo_h.saturating_mul(halo_w).min(tile.max_halo_plane() + 1));
+            let halo_stride = spatial::halo_stride(halo_h.saturating_mul(halo_w).min(tile.max_halo_plane() + 1));
+            // Taps of one step that fit the target: at least one (whose buffers, beside a halo
+            // of at most `max_halo_plane` positions, fit in any case: a CPU test checks).
+            let fit = (SPATIAL_SMEM_TARGET / (4 * spatial::STAGES))
+                .saturating_sub(spatial::halo_floats(tile, halo_stride))
+                / tile.panel_floats();
+            let steps = taps.div_ceil(fit.clamp(1, taps));
             let s = SpatialShape {
                 tiles_h: (geom.out_h as u32).div_ceil(rows),
                 tiles_w: (geom.out_w as u32).div_ceil(cols),
                 halo_h,
                 halo_w,
-                stage_floats: spatial::stage_floats(tile, stride, taps.min(1 << 16)),
+                halo_stride,
+                taps_per_step: taps.div_ceil(steps),
             };
             (conv.n as u64 * (s.tiles_h * s.tiles_w) as u64, Some(s))
         }
@@ -382,10 +397,10 @@ pub fn spatial_params(
         out_w: geom.out_w as u32,
         halo_w: s.halo_w,
         halo_plane,
-        halo_stride: spatial::halo_stride(halo_plane),
-        stage_floats: s.stage_floats,
+        halo_stride: s.halo_stride,
+        taps_per_step: s.taps_per_step,
+        tap_steps: (conv.r * conv.s).div_ceil(s.taps_per_step as usize) as u32,
         work_items: (shape.grid[0] * shape.grid[1]) as u32,
-        _pad: 0,
         work_item_div: magic(shape.grid[if shape.tile.channels_last { 1 } else { 0 }] as u32),
         tiles: magic(s.tiles_h * s.tiles_w),
         tile_cols: magic(s.tiles_w),

@@ -9,22 +9,29 @@
 //!   the work items (column tile of a block group, pixel tile) `gridDim.x` apart, and its
 //!   pipeline runs across them, so that the next tile's halo lands while this one computes
 //!   (narrow groups have a single chunk per tile: one block per tile left nothing to overlap).
+//! - **Steps**: a chunk is computed in [`IgemmSpatialParams::tap_steps`] steps of up to
+//!   `taps_per_step` filter taps, each with its taps' weights in shared memory, so that wide
+//!   tiles and large filters still leave room for several blocks per SM (the host picks the
+//!   taps per step: `host/conv/igemm.rs`). Most layers take a chunk in one step.
 //! - **Copies**: a thread owns up to [`HALO_ROUNDS`] halo positions (`thread + 128 i`), finds
 //!   their input offsets once per tile, and copies each position's 8 channels per chunk (4-byte
-//!   `cp.async`, one plane apart by addition; a zero where the position is padding). The
-//!   chunk's packed weights, every tap's `BN x 8` panel in a row, go in 16-byte pieces.
+//!   `cp.async`, one plane apart by addition; a zero where the position is padding). A step's
+//!   packed weights, each tap's `BN x 8` panel in a row, go in
+//!   16-byte pieces.
 //! - **Split once**: when a chunk has landed, the thread that copied an input rounds it to TF32
 //!   in place and, for 3xTF32, stores its TF32 residual in a second region (before the barrier
 //!   that shows them to the other threads): the taps then load fragments ready for the mma.
-//! - **Stage**: `[8][halo_stride]` inputs (and as many residuals for 3xTF32), `halo_stride ≥
-//!   halo_plane` and `≡ 8 mod 32`, then the taps' panels (`[tap][region][BN][8]`: the TF32
+//! - **Shared memory**: [`STAGES`] halo buffers, then as many weight buffers. A halo buffer is
+//!   `[8][halo_stride]` inputs (and as many residuals for 3xTF32), `halo_stride ≥ halo_plane`
+//!   and `≡ 8 mod 32`; a weight buffer the step's panels (`[tap][region][BN][8]`: the TF32
 //!   weights, for 3xTF32 then their residuals, as packed; channels interleaved as
 //!   [`IgemmTile::b_slot`] has them). The A loads are 4-byte: lane (g, t) reads channel t
 //!   (and t + 4) at its pixel's halo position, pixels g = 0..7 of a fragment lying in one row of
 //!   the tile (`cols` is 8 or 16): 8 adjacent words per channel, channels 8 banks apart,
 //!   conflict-free at stride 1 (2-way at stride 2).
-//! - **Pipeline**: [`STAGES`] = 2, one chunk computed while the next lands: a chunk holds every
-//!   tap, far more work than a flat chunk.
+//! - **Pipeline**: one step computed while the next step's weights land, and the next chunk's
+//!   halo from the chunk's first step on: a step holds several taps, far more work than a flat
+//!   chunk.
 //! - **Epilogue** straight from the accumulators: a store instruction writes 8 adjacent pixels
 //!   of 4 output channels, four whole 32-byte sectors where rows are 8-aligned.
 
@@ -32,7 +39,8 @@ use super::{BLOCK_THREADS, BlockCoords, INPUT_VECTORS, IgemmFwdParams, IgemmTile
 use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
 
-/// Stages of the pipeline: one computed, one in flight (the kernel toggles between the two).
+/// Buffers of the pipeline, for the halo and for the weights alike: one computed, one in
+/// flight (the kernel toggles between the two).
 pub const STAGES: u32 = 2;
 /// Halo positions a thread owns at most: halo planes of up to [`IgemmTile::max_halo_plane`].
 pub const HALO_ROUNDS: usize = 5;
@@ -53,15 +61,15 @@ pub struct IgemmSpatialParams {
     pub halo_w: u32,
     /// Input positions under a tile: rows times `halo_w`, at most [`IgemmTile::max_halo_plane`].
     pub halo_plane: u32,
-    /// Floats per channel of the halo in a stage (NHWC: per position of the `BK` channels
+    /// Floats per channel of the halo in a buffer (NHWC: per position of the `BK` channels
     /// there, over `BK`).
     pub halo_stride: u32,
-    /// Floats per stage: [`IgemmTile::regions`] `* BK * halo_stride + taps *` [`IgemmTile::panel_floats`].
-    pub stage_floats: u32,
+    /// Filter taps whose weights a step holds (the last step of a chunk may hold fewer).
+    pub taps_per_step: u32,
+    /// Steps per chunk: `ceil(taps / taps_per_step)`.
+    pub tap_steps: u32,
     /// Work items: pixel tiles times packed z-indices (block groups times column tiles).
     pub work_items: u32,
-    /// Keeps the struct free of implicit padding (a multiple of 8 bytes).
-    pub _pad: u32,
     /// Divides a work item into its packed z-index and pixel tile ([`Self::work_item`]): NCHW
     /// by the pixel tiles of all images, NHWC by the packed z-indices.
     pub work_item_div: MagicDiv,
@@ -133,26 +141,31 @@ impl IgemmTile {
         HALO_ROUNDS as u32 * BLOCK_THREADS / self.halo_copiers()
     }
 
-    /// Floats between adjacent halo positions of one channel in a stage: NCHW 1 (a channel's
+    /// Floats between adjacent halo positions of one channel in a halo buffer: NCHW 1 (a channel's
     /// halo is a row), NHWC `BK` (a position's channels are adjacent).
     pub const fn position_floats(&self) -> u32 {
         if self.channels_last { BK } else { 1 }
     }
 }
 
-/// `halo_plane` padded to the stride of a channel in a stage: the least ≥ it that is ≡ 8 mod 32.
+/// `halo_plane` padded to the stride of a channel in a halo buffer: the least ≥ it that is ≡ 8 mod 32.
 pub const fn halo_stride(halo_plane: u32) -> u32 {
     (halo_plane + 24).next_multiple_of(32) - 24
 }
 
-/// Floats of one stage of `tile` (see [`IgemmSpatialParams::stage_floats`]).
-pub const fn stage_floats(tile: &IgemmTile, halo_stride: u32, taps: u32) -> u32 {
-    tile.regions() * BK * halo_stride + taps * tile.panel_floats()
+/// Floats of one halo buffer of `tile`: [`IgemmTile::regions`] of `BK` channels' halos.
+pub const fn halo_floats(tile: &IgemmTile, halo_stride: u32) -> u32 {
+    tile.regions() * BK * halo_stride
 }
 
-/// Dynamic shared memory of a spatial tile whose stages hold `stage_floats` floats.
-pub const fn smem_bytes(stage_floats: u32) -> u32 {
-    4 * STAGES * stage_floats
+/// Floats of one weight buffer of `tile`: `taps_per_step` panels.
+pub const fn weight_floats(tile: &IgemmTile, taps_per_step: u32) -> u32 {
+    taps_per_step * tile.panel_floats()
+}
+
+/// Dynamic shared memory of a spatial tile: [`STAGES`] halo and weight buffers.
+pub const fn smem_bytes(tile: &IgemmTile, halo_stride: u32, taps_per_step: u32) -> u32 {
+    4 * STAGES * (halo_floats(tile, halo_stride) + weight_floats(tile, taps_per_step))
 }
 
 impl IgemmSpatialParams {
@@ -218,17 +231,15 @@ impl IgemmSpatialParams {
 
     /// Calls `copy_x(slot, offset, inside, wide)` for each of `thread`'s input copies of
     /// channel chunk `cc` of the work item `src` describes (`wide`: 16 bytes, else 4; `offset`
-    /// 0 where `inside` is false, which copies zeros) and `copy_w4(slot, offset)` for its
-    /// 16-byte copies of the chunk's packed weights (slots within a stage).
+    /// 0 where `inside` is false, which copies zeros; slots within a halo buffer).
     #[inline(always)]
-    pub fn copy_chunk(
+    pub fn copy_halo(
         &self,
         t: &IgemmTile,
         src: &TileSource,
         thread: u32,
         cc: u32,
         mut copy_x: impl FnMut(u32, u64, bool, bool),
-        mut copy_w4: impl FnMut(u32, u64),
     ) {
         let c = &self.conv;
         let first = cc * BK;
@@ -285,18 +296,39 @@ impl IgemmSpatialParams {
             }
             i += 1;
         }
-        // Every tap's panel of the chunk, one run of the packed weights.
-        let panel = t.panel_offset(c, src.block, cc * c.taps);
-        let a_floats = self.a_floats(t);
+    }
+
+    /// The first filter tap of step `step` of a chunk and the taps it holds.
+    #[inline(always)]
+    pub fn step_taps(&self, step: u32) -> (u32, u32) {
+        let first = step * self.taps_per_step;
+        (first, (self.conv.taps - first).min(self.taps_per_step))
+    }
+
+    /// Calls `copy_w4(slot, offset)` for each of `thread`'s 16-byte copies of the packed
+    /// weights of step `step` of channel chunk `cc` of `block` (slots within a weight buffer):
+    /// the step's taps' panels, one run of the packed weights.
+    #[inline(always)]
+    pub fn copy_step_weights(
+        &self,
+        t: &IgemmTile,
+        block: BlockCoords,
+        thread: u32,
+        cc: u32,
+        step: u32,
+        mut copy_w4: impl FnMut(u32, u64),
+    ) {
+        let (first, taps) = self.step_taps(step);
+        let panel = t.panel_offset(&self.conv, block, cc * self.conv.taps + first);
         let mut e = thread;
-        while e < c.taps * t.panel_floats() / 4 {
-            copy_w4(a_floats + 4 * e, panel + 4 * e as u64);
+        while e < taps * t.panel_floats() / 4 {
+            copy_w4(4 * e, panel + 4 * e as u64);
             e += BLOCK_THREADS;
         }
     }
 
     /// Calls `f(slot)` for each run of [`IgemmTile::own_run`] input slots from `slot` that
-    /// `thread`'s copies fill ([`Self::copy_chunk`]): once they have landed, the same thread
+    /// `thread`'s copies fill ([`Self::copy_halo`]): once they have landed, the same thread
     /// may rewrite them (rounded to TF32) before the barrier that shows them to the others.
     /// NHWC runs are a 16-byte copy's 4 channels, so that a warp rewrites 512 contiguous bytes
     /// per 16-byte access (4 floats of one access apiece were 4-way bank conflicts).
@@ -355,12 +387,12 @@ impl IgemmSpatialParams {
         self.a_channel(t, lane, e) + self.pixel_offset(t, Self::a_pixel(t, lane, warp, i, e)) + tap_offset
     }
 
-    /// Slot of the pair (B(k t, n g), B(k t+4, n g)) of n-tile `j` at filter tap `tap` (its
-    /// 3xTF32 residuals: [`Self::b_residual`] on).
+    /// Slot, in a weight buffer, of the pair (B(k t, n g), B(k t+4, n g)) of n-tile `j` at the
+    /// step's filter tap `tap` (its 3xTF32 residuals: [`Self::b_residual`] on).
     #[inline(always)]
-    pub const fn b_pair(&self, t: &IgemmTile, lane: u32, j: u32, tap: u32) -> u32 {
+    pub const fn b_pair(t: &IgemmTile, lane: u32, j: u32, tap: u32) -> u32 {
         let (g, tt) = (lane / 4, lane % 4);
-        self.a_floats(t) + tap * t.panel_floats() + (8 * j + g) * BK + 2 * tt
+        tap * t.panel_floats() + (8 * j + g) * BK + 2 * tt
     }
 
     /// How far a 3xTF32 weight's residual lies from the weight's slot.
@@ -369,10 +401,16 @@ impl IgemmSpatialParams {
         t.bn() * BK
     }
 
-    /// Floats of a stage's input regions ([`IgemmTile::regions`]); the weights follow them.
+    /// Slot of halo buffer `buffer` in shared memory.
     #[inline(always)]
-    pub const fn a_floats(&self, t: &IgemmTile) -> u32 {
-        t.regions() * BK * self.halo_stride
+    pub const fn halo_buffer(&self, t: &IgemmTile, buffer: u32) -> u32 {
+        buffer * halo_floats(t, self.halo_stride)
+    }
+
+    /// Slot of weight buffer `buffer` in shared memory (after the halo buffers).
+    #[inline(always)]
+    pub const fn weight_buffer(&self, t: &IgemmTile, buffer: u32) -> u32 {
+        STAGES * halo_floats(t, self.halo_stride) + buffer * weight_floats(t, self.taps_per_step)
     }
 
     /// How far a 3xTF32 input's residual lies from the input's slot.
@@ -419,7 +457,7 @@ pub(crate) mod device {
         IgemmTile, PixelTile, STORE_VECTORS,
         device::{copy_input, copy_weights, split},
     };
-    use super::{IgemmSpatialParams, TileSource};
+    use super::IgemmSpatialParams;
     use crate::conv::epilogue::{CLAMP, PLAIN};
     use crate::prelude::*;
 
@@ -441,25 +479,25 @@ pub(crate) mod device {
         let thread = thread_idx_x();
         let (lane, warp) = (thread % 32, thread / 32);
         let (smem, x, w, y) = (smem_base(), to_global(c.x), to_global(c.w), to_global(c.y));
-        let stage_bytes = 4 * p.stage_floats;
-        let (items, step, chunks) = (p.work_items, grid_dim_x(), c.channel_chunks);
+        let (items, item_step, chunks, steps) = (p.work_items, grid_dim_x(), c.channel_chunks, p.tap_steps);
+        let halo_at = |buffer: u32| smem + 4 * p.halo_buffer(&t, buffer);
+        let weights_at = |buffer: u32| smem + 4 * p.weight_buffer(&t, buffer);
 
-        let copy = #[inline(always)]
-        |stage: u32, src: &TileSource, cc: u32| {
-            let base = smem + stage * stage_bytes;
-            p.copy_chunk(&t, src, thread, cc, copy_input(base, x), copy_weights(base, w));
-        };
-
-        // The copy cursor runs one (work item, chunk) ahead of the computation.
-        let mut copy_item = block_idx_x();
-        let mut copy_cc = 0;
-        let mut src = p.tile_source(&t, copy_item, thread);
-        if copy_item < items {
-            copy(0, &src, 0);
+        // Two copy cursors: the weights run one step ahead of the computation; the halo one
+        // chunk ahead, issued at a chunk's first step into the buffer the chunk before is done
+        // with, so that it has the whole chunk to land however many steps the chunk takes.
+        let (mut halo_item, mut halo_cc) = (block_idx_x(), 0);
+        let mut src = p.tile_source(&t, halo_item, thread);
+        let (mut weight_item, mut weight_cc, mut weight_step, mut weight_block) = (halo_item, 0, 0, src.block);
+        if halo_item < items {
+            p.copy_halo(&t, &src, thread, 0, copy_input(halo_at(0), x));
+            p.copy_step_weights(&t, weight_block, thread, 0, 0, copy_weights(weights_at(0), w));
         }
         cp_async_commit();
+        // Whether the last commit holds a halo, and its buffer: rounded once it has landed.
+        let (mut halo_landing, mut landing_buffer) = (true, 0);
 
-        // The lane's A rows and channels, as byte offsets into a stage.
+        // The lane's A rows and channels, as byte offsets into a halo buffer.
         let mut pixel = [[0u32; 2]; MT];
         for i in 0..MT {
             for h in 0..2 {
@@ -471,118 +509,145 @@ pub(crate) mod device {
         let residual = p.residual_offset();
 
         let mut acc = [[[0.0f32; 4]; NT]; MT];
-        let (mut item, mut cc, mut stage) = (block_idx_x(), 0, 0);
+        let (mut item, mut cc, mut step) = (block_idx_x(), 0, 0);
+        let (mut halo_buffer, mut weight_buffer) = (0, 0);
+        // The filter tap the step starts at.
+        let (mut r, mut s) = (0, 0);
         while item < items {
-            // This chunk has landed (for every thread after the barrier), and every warp is
-            // done with the stage the next one refills.
+            // This step's copies have landed (for every thread after the barrier), and every
+            // warp is done with the buffers the next copies refill.
             cp_async_wait_all();
-            let at_stage = smem + stage * stage_bytes;
-            // Each input rounded to TF32 (and for 3xTF32 its residual stored beside) once here
-            // rather than at every filter tap.
-            p.own_slots(&t, thread, |slot| {
-                if t.own_run() == 4 {
-                    let (mut big, mut small) = ([0.0f32; 4], [0.0f32; 4]);
-                    for (k, v) in ld_shared_f32x4(at_stage + 4 * slot).into_iter().enumerate() {
-                        let (b, s) = split::<SPLIT>(v);
-                        (big[k], small[k]) = (f32::from_bits(b), f32::from_bits(s));
+            if halo_landing {
+                // Each input rounded to TF32 (and for 3xTF32 its residual stored beside) once
+                // here rather than at every filter tap.
+                let at_halo = halo_at(landing_buffer);
+                p.own_slots(&t, thread, |slot| {
+                    if t.own_run() == 4 {
+                        let (mut big, mut small) = ([0.0f32; 4], [0.0f32; 4]);
+                        for (k, v) in ld_shared_f32x4(at_halo + 4 * slot).into_iter().enumerate() {
+                            let (b, s) = split::<SPLIT>(v);
+                            (big[k], small[k]) = (f32::from_bits(b), f32::from_bits(s));
+                        }
+                        st_shared_f32x4(at_halo + 4 * slot, big);
+                        if SPLIT {
+                            st_shared_f32x4(at_halo + 4 * (slot + residual), small);
+                        }
+                    } else {
+                        let (big, small) = split::<SPLIT>(ld_shared_f32(at_halo + 4 * slot));
+                        st_shared_f32(at_halo + 4 * slot, f32::from_bits(big));
+                        if SPLIT {
+                            st_shared_f32(at_halo + 4 * (slot + residual), f32::from_bits(small));
+                        }
                     }
-                    st_shared_f32x4(at_stage + 4 * slot, big);
-                    if SPLIT {
-                        st_shared_f32x4(at_stage + 4 * (slot + residual), small);
-                    }
-                } else {
-                    let (big, small) = split::<SPLIT>(ld_shared_f32(at_stage + 4 * slot));
-                    st_shared_f32(at_stage + 4 * slot, f32::from_bits(big));
-                    if SPLIT {
-                        st_shared_f32(at_stage + 4 * (slot + residual), f32::from_bits(small));
-                    }
-                }
-            });
+                });
+            }
             sync_threads();
-            copy_cc += 1;
-            if copy_cc == chunks {
-                copy_cc = 0;
-                copy_item += step;
-                if copy_item < items {
-                    src = p.tile_source(&t, copy_item, thread);
+            weight_step += 1;
+            if weight_step == steps {
+                weight_step = 0;
+                weight_cc += 1;
+                if weight_cc == chunks {
+                    weight_cc = 0;
+                    weight_item += item_step;
+                    weight_block = p.work_item(&t, weight_item).0;
                 }
             }
-            if copy_item < items {
-                copy(stage ^ 1, &src, copy_cc);
+            if weight_item < items {
+                let to = copy_weights(weights_at(weight_buffer ^ 1), w);
+                p.copy_step_weights(&t, weight_block, thread, weight_cc, weight_step, to);
+            }
+            halo_landing = false;
+            if step == 0 {
+                halo_cc += 1;
+                if halo_cc == chunks {
+                    halo_cc = 0;
+                    halo_item += item_step;
+                    if halo_item < items {
+                        src = p.tile_source(&t, halo_item, thread);
+                    }
+                }
+                if halo_item < items {
+                    (halo_landing, landing_buffer) = (true, halo_buffer ^ 1);
+                    p.copy_halo(&t, &src, thread, halo_cc, copy_input(halo_at(landing_buffer), x));
+                }
             }
             cp_async_commit();
 
+            let (at_halo, at_weights) = (halo_at(halo_buffer), weights_at(weight_buffer));
+            let (_, taps) = p.step_taps(step);
             let mut tap = 0;
-            let mut r = 0;
-            while r < c.window.filter_r {
-                let mut s = 0;
-                while s < c.window.filter_s {
-                    // Opaque: left to itself the compiler steps each of the lane's 8 A
-                    // addresses per tap instead of adding one tap offset.
-                    let at_tap = at_stage + 4 * crate::opaque(p.tap_offset(&t, r, s));
-                    let (low, high) = (at_tap + k_low, at_tap + k_high);
-                    // The inputs were split once the chunk landed.
-                    let mut a = [[0u32; 4]; MT];
-                    let mut a_small = [[0u32; 4]; MT];
-                    for i in 0..MT {
-                        if NHWC {
-                            // A pixel's elements e and e + 2 (channels 2t and 2t + 1) are adjacent.
-                            for h in 0..2 {
-                                let at = low + pixel[i][h];
-                                [a[i][h], a[i][h + 2]] = ld_shared_f32x2(at).map(f32::to_bits);
-                                if SPLIT {
-                                    [a_small[i][h], a_small[i][h + 2]] =
-                                        ld_shared_f32x2(at + 4 * residual).map(f32::to_bits);
-                                }
+            while tap < taps {
+                // Opaque: left to itself the compiler steps each of the lane's 8 A
+                // addresses per tap instead of adding one tap offset.
+                let at_tap = at_halo + 4 * crate::opaque(p.tap_offset(&t, r, s));
+                let (low, high) = (at_tap + k_low, at_tap + k_high);
+                // The inputs were split once the chunk landed.
+                let mut a = [[0u32; 4]; MT];
+                let mut a_small = [[0u32; 4]; MT];
+                for i in 0..MT {
+                    if NHWC {
+                        // A pixel's elements e and e + 2 (channels 2t and 2t + 1) are adjacent.
+                        for h in 0..2 {
+                            let at = low + pixel[i][h];
+                            [a[i][h], a[i][h + 2]] = ld_shared_f32x2(at).map(f32::to_bits);
+                            if SPLIT {
+                                [a_small[i][h], a_small[i][h + 2]] =
+                                    ld_shared_f32x2(at + 4 * residual).map(f32::to_bits);
+                            }
+                        }
+                    } else {
+                        let addresses = [low + pixel[i][0], low + pixel[i][1], high + pixel[i][0], high + pixel[i][1]];
+                        for e in 0..4 {
+                            a[i][e] = ld_shared_f32(addresses[e]).to_bits();
+                            if SPLIT {
+                                a_small[i][e] = ld_shared_f32(addresses[e] + 4 * residual).to_bits();
+                            }
+                        }
+                    }
+                }
+                // The weights come split from the packing.
+                let mut b = [[0u32; 2]; NT];
+                let mut b_small = [[0u32; 2]; NT];
+                for j in 0..NT {
+                    let at = at_weights + 4 * IgemmSpatialParams::b_pair(&t, lane, j as u32, tap);
+                    b[j] = ld_shared_f32x2(at).map(f32::to_bits);
+                    if SPLIT {
+                        b_small[j] = ld_shared_f32x2(at + 4 * IgemmSpatialParams::b_residual(&t)).map(f32::to_bits);
+                    }
+                }
+                for i in 0..MT {
+                    for j in 0..NT {
+                        if SPLIT {
+                            // One tap of the chunk summed apart, as the flat tile's chunk.
+                            let mut part = mma_tf32_m16n8k8(a_small[i], b[j], [0.0; 4]);
+                            part = mma_tf32_m16n8k8(a[i], b_small[j], part);
+                            part = mma_tf32_m16n8k8(a[i], b[j], part);
+                            for e in 0..4 {
+                                acc[i][j][e] += part[e];
                             }
                         } else {
-                            let addresses =
-                                [low + pixel[i][0], low + pixel[i][1], high + pixel[i][0], high + pixel[i][1]];
-                            for e in 0..4 {
-                                a[i][e] = ld_shared_f32(addresses[e]).to_bits();
-                                if SPLIT {
-                                    a_small[i][e] = ld_shared_f32(addresses[e] + 4 * residual).to_bits();
-                                }
-                            }
+                            acc[i][j] = mma_tf32_m16n8k8(a[i], b[j], acc[i][j]);
                         }
                     }
-                    // The weights come split from the packing.
-                    let mut b = [[0u32; 2]; NT];
-                    let mut b_small = [[0u32; 2]; NT];
-                    for j in 0..NT {
-                        let at = at_stage + 4 * p.b_pair(&t, lane, j as u32, tap);
-                        b[j] = ld_shared_f32x2(at).map(f32::to_bits);
-                        if SPLIT {
-                            b_small[j] = ld_shared_f32x2(at + 4 * IgemmSpatialParams::b_residual(&t)).map(f32::to_bits);
-                        }
-                    }
-                    for i in 0..MT {
-                        for j in 0..NT {
-                            if SPLIT {
-                                // One tap of the chunk summed apart, as the flat tile's chunk.
-                                let mut part = mma_tf32_m16n8k8(a_small[i], b[j], [0.0; 4]);
-                                part = mma_tf32_m16n8k8(a[i], b_small[j], part);
-                                part = mma_tf32_m16n8k8(a[i], b[j], part);
-                                for e in 0..4 {
-                                    acc[i][j][e] += part[e];
-                                }
-                            } else {
-                                acc[i][j] = mma_tf32_m16n8k8(a[i], b[j], acc[i][j]);
-                            }
-                        }
-                    }
-                    tap += 1;
-                    s += 1;
                 }
-                r += 1;
+                tap += 1;
+                s += 1;
+                if s == c.window.filter_s {
+                    s = 0;
+                    r += 1;
+                }
             }
-            stage ^= 1;
-            cc += 1;
-            if cc == chunks {
-                store::<MT, NT, MODE>(p, &t, y, item, lane, warp, &mut acc);
-                acc = [[[0.0f32; 4]; NT]; MT];
-                cc = 0;
-                item += step;
+            weight_buffer ^= 1;
+            step += 1;
+            if step == steps {
+                (step, r, halo_buffer) = (0, 0, halo_buffer ^ 1);
+                cc += 1;
+                if cc == chunks {
+                    store::<MT, NT, MODE>(p, &t, y, item, lane, warp, &mut acc);
+                    acc = [[[0.0f32; 4]; NT]; MT];
+                    cc = 0;
+                    item += item_step;
+                }
             }
         }
     }
