@@ -16,8 +16,7 @@
 //! - **Copies**: a thread owns up to [`HALO_ROUNDS`] halo positions (`thread + 128 i`), finds
 //!   their input offsets once per tile, and copies each position's 8 channels per chunk (4-byte
 //!   `cp.async`, one plane apart by addition; a zero where the position is padding). A step's
-//!   packed weights, each tap's `BN x 8` panel in a row, go in
-//!   16-byte pieces.
+//!   packed weights, each tap's `BN x 8` panel in a row, go in 16-byte pieces.
 //! - **Split once**: when a chunk has landed, the thread that copied an input rounds it to TF32
 //!   in place and, for 3xTF32, stores its TF32 residual in a second region (before the barrier
 //!   that shows them to the other threads): the taps then load fragments ready for the mma.
