@@ -86,7 +86,7 @@ pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
 /// the 1 KB each block reserves, so that three blocks share one. A chunk in one step had held
 /// the 56- and 64-column 3xTF32 tiles to 2 blocks per SM at 3x3 (87-97 KB; Nsight Compute,
 /// benches/NOTES.md "Tensor-core NHWC"). In two steps `s16x8_n56` (130-136 registers) and
-/// `s8x8_n64` (80-96) run 3 and got 11-25% faster on RegNetY's N = 32 layers; the 16-row and
+/// `s8x8_n64` (80-96) run 3 and got 9-25% faster on RegNetY's N = 32 layers; the 16-row and
 /// 16-column n64 tiles (172-176 registers) stay at 2 and got 5-12% slower (v4 there).
 pub const SPATIAL_SMEM_TARGET: u32 = 75 * 1024;
 
