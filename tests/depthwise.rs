@@ -554,12 +554,20 @@ fn layers_outside_the_variants_are_refused_with_a_reason() {
 /// One thread's loads, taps and stores on host slices, each vector access checked for the
 /// alignment its `4·V`-byte instruction needs.
 impl NhwcLane for CpuLane<'_> {
-    fn load<const V: usize>(&mut self, load: bool, offset: u64) -> [f32; V] {
-        if !load {
-            return [0.0; V];
-        }
-        assert!(offset.is_multiple_of(V as u64), "{}-byte load from element {offset}", 4 * V);
-        core::array::from_fn(|i| self.x[offset as usize + i])
+    fn load_pixels<const V: usize, const W: usize>(
+        &mut self,
+        live: [bool; W],
+        offset: u64,
+        stride: u64,
+    ) -> [[f32; V]; W] {
+        core::array::from_fn(|j| {
+            if !live[j] {
+                return [0.0; V];
+            }
+            let offset = offset.wrapping_add(j as u64 * stride);
+            assert!(offset.is_multiple_of(V as u64), "{}-byte load from element {offset}", 4 * V);
+            core::array::from_fn(|i| self.x[offset as usize + i])
+        })
     }
 
     fn tap(&mut self, offset: u64) -> f32 {
@@ -692,9 +700,10 @@ fn channels_last_segments_shorten_for_small_launches() {
         let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
         depthwise::channels_params(&conv, &conv.geometry().unwrap(), &tile)
     };
-    // N = 64: 14-row segments (112 / 8); N = 1: as short as it takes to reach the threshold.
+    // N = 64: 14-row segments (112 / 8) rounded up to the 3 rows a step feeds; N = 1: as
+    // short as it takes to reach the threshold (multiples of 3 down to 3).
     let large = layer(64, 32, 112);
-    assert_eq!(large.segment_rows, 14);
+    assert_eq!(large.segment_rows, 15);
     assert!(large.threads as usize >= depthwise::MIN_CHANNELS_THREADS);
     // Parameters of a layer no variant computes are no panic (a zero-tap filter here).
     let empty = Conv2d { r: 0, s: 0, ..depthwise_conv(1, 8, [8, 8], 3, 1, 1) };
@@ -703,7 +712,12 @@ fn channels_last_segments_shorten_for_small_launches() {
     let geom = depthwise_conv(1, 8, [8, 8], 3, 1, 1).geometry().unwrap();
     assert_eq!(depthwise::channels_params(&empty, &geom, tile).threads, 0);
     let small = layer(1, 32, 112);
-    assert!(small.segment_rows < 14, "{}", small.segment_rows);
+    assert!(small.segment_rows < 15, "{}", small.segment_rows);
+    assert!(small.segment_rows < 3 || small.segment_rows.is_multiple_of(3), "{}", small.segment_rows);
+    // A 7x7 layer's segments are as long as a 3x3 one's, in multiples of 7.
+    let convnext = Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(32, 96, [56, 56], 7, 1, 1) };
+    let tile = depthwise::choose_tile(&convnext, &convnext.geometry().unwrap()).unwrap();
+    assert_eq!(depthwise::channels_params(&convnext, &convnext.geometry().unwrap(), &tile).segment_rows, 14);
     let vectors = small.vectors.divisor as usize;
     assert_eq!(small.threads as usize, vectors * 28 * 112usize.div_ceil(small.segment_rows as usize));
 }

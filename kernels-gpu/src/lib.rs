@@ -56,6 +56,22 @@ pub(crate) fn opaque(v: u32) -> u32 {
     v
 }
 
+/// [`opaque`] of a 64-bit value: an address that LLVM would otherwise strength-reduce into one
+/// register pair per load of an unrolled loop.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+pub(crate) fn opaque_u64(v: u64) -> u64 {
+    let r: u64;
+    unsafe { core::arch::asm!("mov.u64 {r}, {v};", r = out(reg64) r, v = in(reg64) v, options(pure, nomem, nostack)) };
+    r
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+pub(crate) fn opaque_u64(v: u64) -> u64 {
+    v
+}
+
 /// Holds `v` as it is here: an empty `asm` that LLVM may neither move nor drop, so that what
 /// computes `v` runs before this point (LLVM otherwise sank a step's multiply-adds past the
 /// next step's exit test, keeping input rows live instead of sums).
