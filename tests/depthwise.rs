@@ -701,7 +701,7 @@ fn channels_last_segments_shorten_for_small_launches() {
         depthwise::channels_params(&conv, &conv.geometry().unwrap(), &tile)
     };
     // N = 64: 14-row segments (112 / 8) rounded up to the 3 rows a step feeds; N = 1: as
-    // short as it takes to reach the threshold (multiples of 3 down to 3).
+    // short as it takes to reach the threshold, in multiples of 3 all the same.
     let large = layer(64, 32, 112);
     assert_eq!(large.segment_rows, 15);
     assert!(large.threads as usize >= depthwise::MIN_CHANNELS_THREADS);
@@ -712,12 +712,17 @@ fn channels_last_segments_shorten_for_small_launches() {
     let geom = depthwise_conv(1, 8, [8, 8], 3, 1, 1).geometry().unwrap();
     assert_eq!(depthwise::channels_params(&empty, &geom, tile).threads, 0);
     let small = layer(1, 32, 112);
-    assert!(small.segment_rows < 15, "{}", small.segment_rows);
-    assert!(small.segment_rows < 3 || small.segment_rows.is_multiple_of(3), "{}", small.segment_rows);
-    // A 7x7 layer's segments are as long as a 3x3 one's, in multiples of 7.
-    let convnext = Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(32, 96, [56, 56], 7, 1, 1) };
-    let tile = depthwise::choose_tile(&convnext, &convnext.geometry().unwrap()).unwrap();
-    assert_eq!(depthwise::channels_params(&convnext, &convnext.geometry().unwrap(), &tile).segment_rows, 14);
+    assert!(small.segment_rows < 15 && small.segment_rows.is_multiple_of(3), "{}", small.segment_rows);
+    // A 7x7 layer's segments are as long as a 3x3 one's, in multiples of 7, and a small launch
+    // of them stops halving at 7 rows.
+    let convnext = |n, hw| {
+        let conv = Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(n, 96, [hw, hw], 7, 1, 1) };
+        let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
+        depthwise::channels_params(&conv, &conv.geometry().unwrap(), &tile).segment_rows
+    };
+    assert_eq!(convnext(32, 56), 14);
+    assert_eq!(convnext(1, 56), 7);
+    assert_eq!(convnext(32, 7), 7);
     let vectors = small.vectors.divisor as usize;
     assert_eq!(small.threads as usize, vectors * 28 * 112usize.div_ceil(small.segment_rows as usize));
 }

@@ -132,11 +132,13 @@ fn plane_groups(conv: &Conv2d) -> usize {
 pub const MIN_CHANNELS_THREADS: usize = 64 << 10;
 
 /// A `Channels` launch: output rows per thread and threads. Segments of at most
-/// [`SEGMENT_ROWS`], halved while the launch has fewer than [`MIN_CHANNELS_THREADS`]; from
-/// `S = ceil(K / stride)` rows up, rounded up to a multiple of `S` (the program computes a
-/// segment's rows in such multiples). With no multiply-add spent outside a segment since
+/// [`SEGMENT_ROWS`], halved while the launch has fewer than [`MIN_CHANNELS_THREADS`] down to
+/// `S = ceil(K / stride)` rows, each rounded up to a multiple of `S`: the program computes a
+/// segment's rows in such multiples, so a shorter one costs as much as `S` rows (H200, e157bd3:
+/// halving ConvNeXt's 7-high 7x7 layer to 3-row segments took it from 0.013 to 0.028 ms, its
+/// N = 1 56-wide one from 0.009 to 0.018). With no multiply-add spent outside a segment since
 /// the channels-last walk's first and last iterations are compiled apart, 7x7 layers no longer
-/// take longer ones (H200, ConvNeXt's 56-wide NHWC layer: 14 rows 0.0539 ms, 21 rows 0.0575).
+/// take longer ones (the 56-wide ConvNeXt layer: 14 rows 0.0539 ms, 21 rows 0.0575).
 /// `None` for a layer without a geometry or past 2^31 - 1 threads.
 fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile) -> Option<(usize, usize)> {
     let geom = conv.geometry().ok()?;
@@ -146,13 +148,10 @@ fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile) -> Option<(usize, usize)> 
         .checked_mul(conv.c / tile.lane_channels as usize)?;
     let threads = |segment: usize| per_segment.checked_mul(geom.out_h.div_ceil(segment));
     let fed = (tile.filter as usize).div_ceil(tile.stride as usize);
-    let fit = |most: usize| {
-        let even = geom.out_h.div_ceil(geom.out_h.div_ceil(most.max(1)));
-        if even >= fed { even.next_multiple_of(fed) } else { even }
-    };
-    let mut segment = fit(SEGMENT_ROWS);
-    while segment > 1 && threads(segment)? < MIN_CHANNELS_THREADS {
-        segment = fit(segment / 2);
+    let even = |most: usize| geom.out_h.div_ceil(geom.out_h.div_ceil(most.max(1))).next_multiple_of(fed);
+    let mut segment = even(SEGMENT_ROWS);
+    while segment > fed && threads(segment)? < MIN_CHANNELS_THREADS {
+        segment = even(segment / 2);
     }
     let threads = threads(segment)?;
     (threads <= i32::MAX as usize).then_some((segment, threads))
