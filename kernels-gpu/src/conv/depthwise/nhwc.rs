@@ -11,7 +11,7 @@
 //! The walk's first and last iterations are compiled apart from those between, so no
 //! multiply-add feeds a row outside the segment (a segment's `K - ST` extra steps cost loads
 //! only). Threads whose input columns all lie inside the image run a copy of the walk whose
-//! loads share one predicate, the row's; each load's address is the previous one's plus `4·C`.
+//! loads share one predicate, the row's; a row's addresses step by `4·C` from its first.
 //!
 //! Grid: x = blocks of [`NHWC_BLOCK_THREADS`]; a thread's index unpacks with magic division as
 //! `((image · segments + segment) · tiles_w + tile) · vectors + vector`. The per-thread program
@@ -146,6 +146,8 @@ impl<const K: usize, const ST: usize, const S: usize, const V: usize, const TW: 
         more: bool,
     ) -> [[f32; V]; W] {
         let c = p.channels as u64;
+        // Addresses are computed either way and only the loads predicated: a select of the
+        // address became a branch around each load.
         let row_live = more & ((self.next_y as u32) < p.in_h);
         let live = core::array::from_fn(|j| row_live & (INTERIOR | self.col_live[j]));
         let row = l.load_pixels::<V, W>(live, crate::opaque_u64(self.next_offset), c);
@@ -172,7 +174,8 @@ impl<const K: usize, const ST: usize, const S: usize, const V: usize, const TW: 
         self.next = self.load::<INTERIOR, L>(l, p, step + 1 < self.steps);
         // Step `step` feeds output row (step - fr) / ST of the segment through filter row fr
         // where ST divides step - fr, into slot (row mod S). Filter row 0 is a row's first, so
-        // it starts the slot's sum afresh.
+        // it starts the slot's sum afresh. Every test here is on compile-time values: a
+        // run-time test per filter row split the 7x7 loop into 49 branches.
         for fr in 0..K {
             let feeds = match PHASE {
                 HEAD => fr <= u,
@@ -347,7 +350,6 @@ pub(super) mod device {
             offset: u64,
             stride: u64,
         ) -> [[f32; V]; W] {
-            // Each address from the one before by an addition.
             let mut at = self.x.wrapping_add(4 * offset);
             core::array::from_fn(|j| {
                 let v = ldg_nc_vec_if::<V>(live[j], at);
