@@ -48,6 +48,9 @@ struct CpuLane<'a> {
     /// The epilogue's bias, where it has one.
     bias: Option<&'a [f32]>,
     residual: &'a [f32],
+    /// What `all_in_step` answers for a thread whose tile is interior: false stands for a warp
+    /// in which some other lane's tile is not.
+    interior_warp: bool,
 }
 
 impl CpuLane<'_> {
@@ -215,6 +218,7 @@ impl CpuTensors {
             written: &mut self.written,
             bias: epilogue.bias.then_some(&self.bias[..]),
             residual: &self.residual,
+            interior_warp: true,
         }
     }
 
@@ -591,6 +595,10 @@ impl NhwcLane for CpuLane<'_> {
             }
         }
     }
+
+    fn all_in_step(&mut self, p: bool) -> bool {
+        p && self.interior_warp
+    }
 }
 
 /// Runs the channels-last `tile` over every thread of the launcher's grid on the CPU (with
@@ -614,6 +622,9 @@ fn run_channels_last_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, segment_rows: O
     // launch's threads return at once).
     let block = kernels_gpu::conv::depthwise::nhwc::NHWC_BLOCK_THREADS;
     for thread in 0..p.threads.div_ceil(block) * block {
+        // Every other thread as if a lane of its warp had an edge tile: an interior tile then
+        // takes the edge walk, as it does on the GPU in such a warp.
+        lane.interior_warp = thread.is_multiple_of(2);
         if let Some(at) = p.coords(thread, tile.lane_channels, tile.tile_w) {
             run(&mut lane, &p, at);
         }

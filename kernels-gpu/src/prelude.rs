@@ -184,6 +184,24 @@ pub fn shfl_up_f32(v: f32, delta: u32) -> f32 {
     r
 }
 
+/// Whether `p` holds on every lane of the warp now running this code (`vote.sync.all` over
+/// `activemask`). Not `pure`, as [`shfl_down_f32`]: its result depends on where it runs.
+#[inline(always)]
+pub fn warp_all(p: bool) -> bool {
+    let r: u32;
+    unsafe {
+        asm!(
+            "{{ .reg .pred %a, %r; .reg .b32 %m;",
+            "activemask.b32 %m;",
+            "setp.ne.u32 %a, {p}, 0;",
+            "vote.sync.all.pred %r, %a, %m;",
+            "selp.u32 {r}, 1, 0, %r; }}",
+            r = out(reg32) r, p = in(reg32) p as u32, options(nomem, nostack)
+        )
+    };
+    r != 0
+}
+
 /// High 32 bits of the 64-bit product, as one `mul.hi.u32`.
 #[inline(always)]
 pub fn mul_hi_u32(a: u32, b: u32) -> u32 {
