@@ -1202,13 +1202,15 @@ mod kernel {
             let (a_matrix, b_matrix) = (8 * p.stride_a as u32, 8 * p.stride_b as u32);
             let mut matrix = me.matrix;
             while me.matrix < p.per_round && matrix < matrices {
+                // Opaque, so that LLVM keeps one address per operand element and steps it; it
+                // had split off the stage's offset and added it again at every load.
                 let mut x_at = [0u32; TM];
                 for i in 0..TM {
-                    x_at[i] = a_first + matrix * a_matrix + a_at[i];
+                    x_at[i] = crate::opaque(a_first + matrix * a_matrix + a_at[i]);
                 }
                 let mut y_at = [0u32; TN];
                 for j in 0..TN {
-                    y_at[j] = b_first + matrix * b_matrix + b_at[j];
+                    y_at[j] = crate::opaque(b_first + matrix * b_matrix + b_at[j]);
                 }
                 let mut acc = [[Complex32::ZERO; TN]; TM];
                 let mut l = p.k;
