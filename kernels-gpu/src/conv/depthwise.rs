@@ -510,7 +510,7 @@ macro_rules! depthwise_fwd_variants {
     (
         tiles: [$(($name:ident, $k:literal, $st:literal, $m:literal, $th:literal, $tw:literal)),* $(,)?],
         rows: [$(($r_name:ident, $r_m:literal, [$r_k:literal, $r_h:literal, $r_st:literal, $r_n:literal, $r_r:literal, $r_s:literal, $r_d:literal, $r_pin:literal])),* $(,)?],
-        channels: [$(($c_name:ident, [$c_k:literal, $c_st:literal, $c_s:literal, $c_u:literal, $c_v:literal, $c_tw:literal, $c_w:literal, $c_pin:literal])),* $(,)?],
+        channels: [$(($c_name:ident, [$c_k:literal, $c_st:literal, $c_s:literal, $c_u:literal, $c_v:literal, $c_tw:literal, $c_w:literal, $c_pin:literal, $c_in:literal])),* $(,)?],
         planes: [$(($p_name:ident, [$p_k:literal, $p_st:literal, $p_m:literal, $p_ry:literal, $p_win:literal, $p_ir:literal])),* $(,)?] $(,)?
     ) => {
         /// Every variant in the PTX, by entry-point name.
@@ -560,7 +560,7 @@ macro_rules! depthwise_fwd_variants {
         pub fn channels_program<L: nhwc::NhwcLane>(name: &str) -> Option<fn(&mut L, &nhwc::DepthwiseNhwcParams, nhwc::NhwcCoords)> {
             match name {
                 $(stringify!($c_name) => Some(|l, p, at| {
-                    crate::by_mode!(p.epilogue, MODE => nhwc::channels_last::<$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, $c_pin, MODE, L>(l, p, at))
+                    crate::by_mode!(p.epilogue, MODE => nhwc::channels_last::<$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, $c_pin, $c_in, MODE, L>(l, p, at))
                 }),)*
                 _ => None,
             }
@@ -588,7 +588,7 @@ macro_rules! depthwise_fwd_variants {
                 }
             )*
             $(crate::mode_entry_points!($r_name, super::DepthwiseFwdParams, super::device::rows_kernel, [$r_k, $r_h, $r_st, $r_n, $r_r, $r_s, $r_m, $r_d, $r_pin]);)*
-            $(crate::mode_entry_points!($c_name, super::nhwc::DepthwiseNhwcParams, super::nhwc::device::kernel, [$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, $c_pin]);)*
+            $(crate::mode_entry_points!($c_name, super::nhwc::DepthwiseNhwcParams, super::nhwc::device::kernel, [$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, $c_pin, $c_in]);)*
             $(crate::mode_entry_points!($p_name, super::planes::DepthwisePlanesParams, super::planes::device::kernel, [$p_k, $p_st, $p_m, $p_ry, $p_win, $p_ir]);)*
         }
     };
@@ -660,20 +660,23 @@ depthwise_fwd_variants!(
         (depthwise_rows_k5_s2_m1, 1, [5, 2, 2, 8, 1, 3, 6, true]),
         (depthwise_rows_k7_s2_m1, 1, [7, 3, 2, 8, 2, 4, 8, true]),
     ],
-    // [K, ST, S = ceil(K / ST), U = ST·S, V channels, TW columns, W = (TW - 1)·ST + K, PIN],
-    // each filter and stride in the heuristic's order (H200, the depthwise suite's NHWC layers:
-    // 2 channels per thread beat 4 and 1 at 3x3 stride 1; at stride 2, 1 beat 2 and, on all but
-    // the 112- and 56-wide maps, 4, which spilled unpinned and ran 6-18% slower pinned; 1 beat
-    // 2 at 5x5; pinned sums won at 7x7 on 56- and 28-wide maps, lost at 3x3 and 5x5). The
-    // 1-channel variants take any C and alignment.
+    // [K, ST, S = ceil(K / ST), U = ST·S, V channels, TW columns, W = (TW - 1)·ST + K, PIN,
+    // INTERIOR], each filter and stride in the heuristic's order (H200, the depthwise suite's
+    // NHWC layers: 2 channels per thread beat 4 and 1 at 3x3 stride 1; at stride 2, 1 beat 2 and,
+    // on all but the 112- and 56-wide maps, 4, which spilled unpinned and ran 6-18% slower
+    // pinned; 1 beat 2 at 5x5; pinned sums won at 7x7 on 56- and 28-wide maps, lost at 3x3 and
+    // 5x5). INTERIOR compiles a second walk for warps whose tiles lie inside the image; it
+    // doubles the code, and from 3x3 stride 2 up instruction fetch cost more than it saved (7x7
+    // layers 11-17% and 5x5 5-10% faster without it, 3x3 stride 2 2-3%; 3x3 stride 1 up to 2%
+    // slower, 4-7% at N = 1). The 1-channel variants take any C and alignment.
     channels: [
-        (depthwise_nhwc_k3_s1_c2, [3, 1, 3, 3, 2, 4, 6, false]),
-        (depthwise_nhwc_k3_s1_c1, [3, 1, 3, 3, 1, 4, 6, false]),
-        (depthwise_nhwc_k3_s2_c1, [3, 2, 2, 4, 1, 4, 9, false]),
-        (depthwise_nhwc_k5_s1_c1, [5, 1, 5, 5, 1, 4, 8, false]),
-        (depthwise_nhwc_k5_s2_c1, [5, 2, 3, 6, 1, 4, 11, false]),
-        (depthwise_nhwc_k7_s1_c1, [7, 1, 7, 7, 1, 4, 10, true]),
-        (depthwise_nhwc_k7_s2_c1, [7, 2, 4, 8, 1, 4, 13, true]),
+        (depthwise_nhwc_k3_s1_c2, [3, 1, 3, 3, 2, 4, 6, false, true]),
+        (depthwise_nhwc_k3_s1_c1, [3, 1, 3, 3, 1, 4, 6, false, true]),
+        (depthwise_nhwc_k3_s2_c1, [3, 2, 2, 4, 1, 4, 9, false, false]),
+        (depthwise_nhwc_k5_s1_c1, [5, 1, 5, 5, 1, 4, 8, false, false]),
+        (depthwise_nhwc_k5_s2_c1, [5, 2, 3, 6, 1, 4, 11, false, false]),
+        (depthwise_nhwc_k7_s1_c1, [7, 1, 7, 7, 1, 4, 10, true, false]),
+        (depthwise_nhwc_k7_s2_c1, [7, 2, 4, 8, 1, 4, 13, true, false]),
     ],
     // [K, ST, M, RY output rows per thread, WIN = 3·ST + K input columns, IR = (RY - 1)·ST + K
     // input rows]: 7 rows fit the 14- and 7-high outputs of ImageNet's last two stages exactly;

@@ -10,9 +10,9 @@
 //!
 //! The walk's first and last iterations are compiled apart from those between, so no
 //! multiply-add feeds a row outside the segment (a segment's `K - ST` extra steps cost loads
-//! only). At 3x3 stride 1, warps whose threads' input columns all lie inside the image run a
-//! copy of the walk whose loads share one predicate, the row's; a row's addresses step by `4·C`
-//! from its first.
+//! only). In the variants that compile it (`INTERIOR`), warps whose threads' input columns all
+//! lie inside the image run a copy of the walk whose loads share one predicate, the row's; a
+//! row's addresses step by `4·C` from its first.
 //!
 //! Grid: x = blocks of [`NHWC_BLOCK_THREADS`]; a thread's index unpacks with magic division as
 //! `((image · segments + segment) · tiles_w + tile) · vectors + vector`. The per-thread program
@@ -283,6 +283,7 @@ pub fn channels_last<
     const TW: usize,
     const W: usize,
     const PIN: bool,
+    const INTERIOR: bool,
     const MODE: u32,
     L: NhwcLane,
 >(
@@ -325,13 +326,10 @@ pub fn channels_last<
         out_row: 0,
         out_offset: out_pixel * c + at.channel as u64,
     };
-    // The interior copy doubles the walk's code. From 3x3 stride 2 up that cost more in
-    // instruction fetch than its loads saved (H200: 7x7 layers 11-17% and 5x5 5-10% faster
-    // without it, 3x3 stride 2 2-3%; 3x3 stride 1 1-2% slower without it). A warp whose lanes
-    // straddle an edge tile and an interior one (C / V is rarely a multiple of 32) would run
-    // both walks one after the other; it runs the edge walk alone, which is right for every tile.
-    let interior_walk = const { K == 3 && ST == 1 };
-    if interior_walk && l.all_in_step(first_col >= 0 && first_col as u32 + W as u32 <= p.in_w) {
+    // A warp whose lanes straddle an edge tile and an interior one (C / V is rarely a multiple
+    // of 32) would run both walks one after the other; it runs the edge walk alone, which is
+    // right for every tile.
+    if INTERIOR && l.all_in_step(first_col >= 0 && first_col as u32 + W as u32 <= p.in_w) {
         walk.run::<true, U, PIN, MODE, L>(l, p, &at);
     } else {
         walk.run::<false, U, PIN, MODE, L>(l, p, &at);
@@ -403,6 +401,7 @@ pub(super) mod device {
         const TW: usize,
         const W: usize,
         const PIN: bool,
+        const INTERIOR: bool,
         const MODE: u32,
     >(
         p: &DepthwiseNhwcParams,
@@ -410,6 +409,6 @@ pub(super) mod device {
         let thread = block_idx_x() * NHWC_BLOCK_THREADS + thread_idx_x();
         let Some(at) = p.coords(thread, V as u32, TW as u32) else { return };
         let mut lane = GpuLane { x: to_global(p.x), w: to_global(p.w), y: to_global(p.y), epilogue: p.epilogue };
-        super::channels_last::<K, ST, S, U, V, TW, W, PIN, MODE, _>(&mut lane, p, at);
+        super::channels_last::<K, ST, S, U, V, TW, W, PIN, INTERIOR, MODE, _>(&mut lane, p, at);
     }
 }
