@@ -607,7 +607,7 @@ impl NhwcLane for CpuLane<'_> {
 fn run_channels_last_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, segment_rows: Option<u32>, epilogue: &Epilogue) {
     let geom = conv.geometry().unwrap();
     let mut t = CpuTensors::new(conv);
-    let mut p: DepthwiseNhwcParams = depthwise::channels_params(conv, &geom, tile);
+    let mut p: DepthwiseNhwcParams = depthwise::channels_params(conv, &geom, tile, None);
     if let Some(rows) = segment_rows {
         let segments = geom.out_h.div_ceil(rows as usize);
         p.segment_rows = rows;
@@ -709,7 +709,7 @@ fn channels_last_segments_shorten_for_small_launches() {
     let layer = |n, c, hw| {
         let conv = Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(n, c, [hw, hw], 3, 1, 1) };
         let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
-        depthwise::channels_params(&conv, &conv.geometry().unwrap(), &tile)
+        depthwise::channels_params(&conv, &conv.geometry().unwrap(), &tile, None)
     };
     // N = 64: 14-row segments (112 / 8) rounded up to the 3 rows a step feeds; N = 1: as
     // short as it takes to reach the threshold, in multiples of 3 all the same.
@@ -721,7 +721,7 @@ fn channels_last_segments_shorten_for_small_launches() {
     let tile = DEPTHWISE_FWD_VARIANTS.iter().find(|t| t.program == DepthwiseProgram::Channels).unwrap();
     assert!(depthwise::unsupported(&empty, tile).is_some());
     let geom = depthwise_conv(1, 8, [8, 8], 3, 1, 1).geometry().unwrap();
-    assert_eq!(depthwise::channels_params(&empty, &geom, tile).threads, 0);
+    assert_eq!(depthwise::channels_params(&empty, &geom, tile, None).threads, 0);
     let small = layer(1, 32, 112);
     assert!(small.segment_rows < 15 && small.segment_rows.is_multiple_of(3), "{}", small.segment_rows);
     // A 7x7 layer's segments are as long as a 3x3 one's, in multiples of 7, and a small launch
@@ -729,11 +729,32 @@ fn channels_last_segments_shorten_for_small_launches() {
     let convnext = |n, hw| {
         let conv = Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(n, 96, [hw, hw], 7, 1, 1) };
         let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
-        depthwise::channels_params(&conv, &conv.geometry().unwrap(), &tile).segment_rows
+        depthwise::channels_params(&conv, &conv.geometry().unwrap(), &tile, None).segment_rows
     };
     assert_eq!(convnext(32, 56), 14);
     assert_eq!(convnext(1, 56), 7);
     assert_eq!(convnext(32, 7), 7);
     let vectors = small.vectors.divisor as usize;
     assert_eq!(small.threads as usize, vectors * 28 * 112usize.div_ceil(small.segment_rows as usize));
+}
+
+#[test]
+fn channels_last_segments_stay_whole_where_the_launch_fills_a_wave() {
+    // ConvNeXt's 14-wide 7x7 layer at N = 32: 49 152 threads, 384 blocks in 14-row segments.
+    let conv = Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(32, 384, [14, 14], 7, 1, 1) };
+    let geom = conv.geometry().unwrap();
+    let tile = depthwise::choose_tile(&conv, &geom).unwrap();
+    let segment = |wave| depthwise::channels_params(&conv, &geom, &tile, wave).segment_rows;
+    let blocks = 384;
+    // Below MIN_CHANNELS_THREADS: halved without a wave, or where the blocks fill too little
+    // of it; whole where they fill at least FULL_WAVE_PERCENT.
+    assert_eq!(segment(None), 7);
+    let filled = blocks * 100 / depthwise::FULL_WAVE_PERCENT;
+    assert_eq!(segment(Some(filled)), 14);
+    assert_eq!(segment(Some(filled + 1)), 7);
+    assert_eq!(segment(Some(2 * blocks)), 7);
+    // With or without a wave, a launch within bounds for `unsupported` (which takes none) has
+    // no more threads than it counted.
+    let most = depthwise::channels_params(&conv, &geom, &tile, None).threads;
+    assert!(depthwise::channels_params(&conv, &geom, &tile, Some(filled)).threads <= most);
 }

@@ -64,7 +64,7 @@ pub fn unsupported(conv: &Conv2d, tile: &DepthwiseTile) -> Option<&'static str> 
             if !conv.c.is_multiple_of(tile.lane_channels as usize) {
                 return Some("the variant's channels per thread do not divide C");
             }
-            if channels_grid(conv, tile).is_none() {
+            if channels_grid(conv, tile, None).is_none() {
                 return Some("more than 2^31 - 1 threads");
             }
             return None;
@@ -131,8 +131,18 @@ fn plane_groups(conv: &Conv2d) -> usize {
 /// SM of the H200, 15 warps (N = 1 layers would otherwise run a few warps per SM).
 pub const MIN_CHANNELS_THREADS: usize = 64 << 10;
 
+/// Percent of one wave (the blocks the GPU holds at once) from which a channels-last launch
+/// keeps its segments however few its threads: halving them would double the rounds of blocks
+/// for the same outputs plus their halo rows. H200, ConvNeXt's 14-wide 7x7 layer (N = 32, 384
+/// blocks of a 396-block wave): 0.0177 ms in 7-row segments, 0.0163 in 14-row ones (three runs
+/// each). The suite's 3x3 layers that halve fill 58-91% of their waves and were not timed
+/// whole, so they keep halving.
+pub const FULL_WAVE_PERCENT: usize = 95;
+
 /// A `Channels` launch: output rows per thread and threads. Segments of at most
-/// [`SEGMENT_ROWS`], halved while the launch has fewer than [`MIN_CHANNELS_THREADS`] down to
+/// [`SEGMENT_ROWS`], halved while the launch has fewer than [`MIN_CHANNELS_THREADS`] threads
+/// and, where `wave` gives the blocks the GPU holds at once, fills less than
+/// [`FULL_WAVE_PERCENT`] of it (without `wave`, the most threads a launch can take), down to
 /// `S = ceil(K / stride)` rows, each rounded up to a multiple of `S`: the program computes a
 /// segment's rows in such multiples, so a shorter one costs as much as `S` rows (H200, e157bd3:
 /// halving ConvNeXt's 7-high 7x7 layer to 3-row segments took it from 0.013 to 0.028 ms, its
@@ -140,7 +150,7 @@ pub const MIN_CHANNELS_THREADS: usize = 64 << 10;
 /// the channels-last walk's first and last iterations are compiled apart, 7x7 layers no longer
 /// take longer ones (the 56-wide ConvNeXt layer: 14 rows 0.0539 ms, 21 rows 0.0575).
 /// `None` for a layer without a geometry or past 2^31 - 1 threads.
-fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile) -> Option<(usize, usize)> {
+fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile, wave: Option<usize>) -> Option<(usize, usize)> {
     let geom = conv.geometry().ok()?;
     let per_segment = conv
         .n
@@ -150,7 +160,11 @@ fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile) -> Option<(usize, usize)> 
     let fed = (tile.filter as usize).div_ceil(tile.stride as usize);
     let even = |most: usize| geom.out_h.div_ceil(geom.out_h.div_ceil(most.max(1))).next_multiple_of(fed);
     let mut segment = even(SEGMENT_ROWS);
-    while segment > fed && threads(segment)? < MIN_CHANNELS_THREADS {
+    let short = |threads: usize| {
+        threads < MIN_CHANNELS_THREADS
+            && wave.is_none_or(|wave| 100 * threads.div_ceil(NHWC_BLOCK_THREADS as usize) < FULL_WAVE_PERCENT * wave)
+    };
+    while segment > fed && short(threads(segment)?) {
         segment = even(segment / 2);
     }
     let threads = threads(segment)?;
@@ -361,12 +375,18 @@ pub fn params(
 }
 
 /// The channels-last kernel's parameters for `conv` with `tile` (a `Channels` variant that
-/// computes it); the addresses are filled in at launch.
-pub fn channels_params(conv: &Conv2d, geom: &ConvGeometry, tile: &DepthwiseTile) -> DepthwiseNhwcParams {
+/// computes it), on a GPU that holds `wave` of its blocks at once where known; the addresses
+/// are filled in at launch.
+pub fn channels_params(
+    conv: &Conv2d,
+    geom: &ConvGeometry,
+    tile: &DepthwiseTile,
+    wave: Option<usize>,
+) -> DepthwiseNhwcParams {
     // `Conv2d::geometry` and `unsupported` have checked that every value fits its field.
     let u = |v: usize| v as u32;
     let magic = |d: usize| MagicDiv::new(d as u32).expect("validated extents are non-zero");
-    let (segment, threads) = channels_grid(conv, tile).unwrap_or((1, 0));
+    let (segment, threads) = channels_grid(conv, tile, wave).unwrap_or((1, 0));
     DepthwiseNhwcParams {
         x: 0,
         w: 0,
@@ -549,7 +569,10 @@ fn forward_channels_last(
             .ok_or(Error::UnsupportedTile { tile: tile.name, reason: "x, y or the residual is not 4-byte aligned" })?;
         return forward_channels_last(gpu, stream, conv, geom, &narrower, x, w, y, epilogue);
     }
-    let p = channels_params(conv, geom, tile);
+    // The entry point the epilogue's store mode launches, and how many of its blocks fit.
+    let entry = tile.entries.of_mode(epilogue.epilogue.params(conv, geom).mode());
+    let wave = gpu.resident_blocks(entry, NHWC_BLOCK_THREADS, 0)? as usize * gpu.sm_count() as usize;
+    let p = channels_params(conv, geom, tile, Some(wave));
     let cfg = LaunchConfig {
         grid_dim: (p.threads.div_ceil(NHWC_BLOCK_THREADS), 1, 1),
         block_dim: (NHWC_BLOCK_THREADS, 1, 1),
