@@ -847,7 +847,9 @@ fn shapes_fit_shared_memory_and_cover_their_tiles() {
     assert_eq!((small.bm, small.bn, small.bk), (4, 4, 4));
     assert!(small.per_block >= 32, "{small:?}: many whole 4 x 4 matrices per block");
     // Whole rounds where they cost the stage little: 3 x 3 matrices (9 threads each, 28 per
-    // round) 112 to a block in four rounds, not 113 in five; 5 x 5 ones keep 40 in three.
+    // round) 112 to a block in four rounds, not 113 in five (and 112 · 72 bytes are whole
+    // lines). 5 x 5 ones, 40 of which fit: 32 in two rounds, whole lines (6 400 bytes);
+    // 11 x 11 ones keep the 8 that fit, since 16 would be the first count of whole lines.
     let whole = |size: usize, name: &str| {
         let g = BatchedGemm::packed(size, size, size, 100_000, Op::N, Op::N, Layout::ColMajor);
         let tile = CGEMM_TILES.iter().find(|t| t.name == name).unwrap();
@@ -855,7 +857,8 @@ fn shapes_fit_shared_memory_and_cover_their_tiles() {
         (s.per_block, s.per_round, s.rounds)
     };
     assert_eq!(whole(3, "cgemm_whole_t1x1"), (112, 28, 4));
-    assert_eq!(whole(5, "cgemm_whole_t1x2"), (40, 17, 3));
+    assert_eq!(whole(5, "cgemm_whole_t1x2"), (32, 17, 2));
+    assert_eq!(whole(11, "cgemm_whole_t1x1").0, 8);
     assert_eq!(cgemm::choose_tile(&g, true).family, Family::Tiled, "planar storage takes the tiled kernel");
     let big = BatchedGemm::packed(64, 64, 64, 10, Op::N, Op::N, Layout::ColMajor);
     assert_eq!(cgemm::choose_tile(&big, false).name, "cgemm_tc_64x64_mk");

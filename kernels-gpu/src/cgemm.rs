@@ -447,7 +447,8 @@ impl CgemmShape {
     }
 
     /// The shape of a `Whole` variant: the matrices whole (`m ≤ 16·TM`, `n ≤ 16·TN`, one
-    /// matrix's threads within the block), as many per block as its stage holds, given each
+    /// matrix's threads within the block), as many per block as its stage holds (fewer where
+    /// that makes the footprints whole 128-byte lines at three quarters of them), given each
     /// operand's elements per matrix (its batch stride, 0 when one matrix serves the batch) and
     /// the extent of one matrix. `None` where one matrix of each does not fit.
     #[allow(clippy::too_many_arguments)]
@@ -478,6 +479,13 @@ impl CgemmShape {
             Some(more) => 1 + more,
             None => batch, // one copy serves every matrix
         };
+        // Items whose footprints are whole 128-byte lines, where that keeps three quarters of
+        // what fits: an item that starts mid-line shares the line with its neighbour, which
+        // another block copies (H200, sq5's 200-byte matrices: 33 to an item 0.0252 ms, 32
+        // 0.0226, 40 0.0240; benches/NOTES.md, cgemm v14).
+        let period = lcm(line_period(a_stride), line_period(b_stride));
+        let aligned = fits - fits % period;
+        let fits = if 4 * aligned >= 3 * fits { aligned } else { fits };
         // Whole rounds where the last is less than half full and dropping it costs the stage
         // at most a sixteenth of its matrices: a last round of a few would idle most threads (H200: sq3's 113 matrices in five rounds, the
         // last of one, 0.0245 ms; 112 in four 0.0217; but sq5's 40 in three rounds 0.0235 ms,
@@ -630,6 +638,21 @@ impl CgemmShape {
     pub const fn chunks(&self, k: u32) -> u32 {
         k.div_ceil(self.bk)
     }
+}
+
+/// Matrices of `stride` complex elements (8 bytes each) whose footprints together end on a
+/// 128-byte line: 1 for a stride of 16 elements or a multiple, 16 for an odd one; 1 for a
+/// shared operand (stride 0).
+const fn line_period(stride: u32) -> u32 {
+    16 / gcd(stride, 16)
+}
+
+const fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+const fn lcm(a: u32, b: u32) -> u32 {
+    a / gcd(a, b) * b
 }
 
 const fn min(a: u32, b: u32) -> u32 {
