@@ -35,6 +35,9 @@ pub struct Gpu {
     module: Arc<CudaModule>,
     /// Entry points resolved so far, so that a launch does not look its kernel up again.
     functions: Mutex<HashMap<&'static str, Kernel>>,
+    /// Occupancy answers so far, by kernel, block size and dynamic shared memory: launchers
+    /// ask on every call, and the driver's occupancy calculator costs microseconds.
+    resident: Mutex<HashMap<(&'static str, u32, u32), u32>>,
     arch: u32,
     ptx_arch: u32,
     sm_count: u32,
@@ -71,7 +74,17 @@ impl Gpu {
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .during("cuDeviceGetAttribute(max shared memory per block, opt-in)")?;
         let stream = ctx.default_stream();
-        Ok(Gpu { ctx, stream, module, functions: Mutex::default(), arch, ptx_arch, sm_count, smem_optin })
+        Ok(Gpu {
+            ctx,
+            stream,
+            module,
+            functions: Mutex::default(),
+            resident: Mutex::default(),
+            arch,
+            ptx_arch,
+            sm_count,
+            smem_optin,
+        })
     }
 
     /// The default stream (CUDA's legacy default stream of this context).
@@ -143,9 +156,16 @@ impl Gpu {
     /// Blocks of `threads` threads and `smem_bytes` of dynamic shared memory that one SM holds
     /// at once running kernel `name`.
     pub(crate) fn resident_blocks(&self, name: &'static str, threads: u32, smem_bytes: u32) -> Result<u32> {
-        self.function(name)?
+        let key = (name, threads, smem_bytes);
+        if let Some(&blocks) = self.resident.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(&key) {
+            return Ok(blocks);
+        }
+        let blocks = self
+            .function(name)?
             .occupancy_max_active_blocks_per_multiprocessor(threads, smem_bytes as usize, None)
-            .during("cuOccupancyMaxActiveBlocksPerMultiprocessor")
+            .during("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+        self.resident.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(key, blocks);
+        Ok(blocks)
     }
 
     /// Threads per block for a kernel whose blocks each work through their items with a
