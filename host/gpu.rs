@@ -21,6 +21,8 @@ use std::{
 struct Kernel {
     function: CudaFunction,
     max_threads: u32,
+    /// Dynamic shared memory one block may take, in bytes.
+    max_dynamic_smem: u32,
 }
 
 /// One GPU: its context, a default stream and the kernels loaded for its architecture.
@@ -146,24 +148,30 @@ impl Gpu {
         // this); a launch still asks only for what it needs.
         let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         let static_bytes = f.shared_size_bytes().during("cuFuncGetAttribute(shared size)")?;
-        f.set_attribute(attr, self.smem_optin - static_bytes).during("cuFuncSetAttribute(max dynamic shared)")?;
+        let max_dynamic_smem = self.smem_optin - static_bytes;
+        f.set_attribute(attr, max_dynamic_smem).during("cuFuncSetAttribute(max dynamic shared)")?;
         let max_threads = f.max_threads_per_block().during("cuFuncGetAttribute(max threads)")? as u32;
-        let k = Kernel { function: f, max_threads };
+        let k = Kernel { function: f, max_threads, max_dynamic_smem: max_dynamic_smem.max(0) as u32 };
         functions.insert(name, k.clone());
         Ok(k)
     }
 
     /// Blocks of `threads` threads and `smem_bytes` of dynamic shared memory that one SM holds
-    /// at once running kernel `name`.
+    /// at once running kernel `name` (0 where one block asks for more shared memory than it may take).
     pub(crate) fn resident_blocks(&self, name: &'static str, threads: u32, smem_bytes: u32) -> Result<u32> {
         let key = (name, threads, smem_bytes);
         if let Some(&blocks) = self.resident.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(&key) {
             return Ok(blocks);
         }
-        let blocks = self
-            .function(name)?
-            .occupancy_max_active_blocks_per_multiprocessor(threads, smem_bytes as usize, None)
-            .during("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+        let kernel = self.kernel(name)?;
+        let blocks = if smem_bytes > kernel.max_dynamic_smem {
+            0
+        } else {
+            kernel
+                .function
+                .occupancy_max_active_blocks_per_multiprocessor(threads, smem_bytes as usize, None)
+                .during("cuOccupancyMaxActiveBlocksPerMultiprocessor")?
+        };
         self.resident.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(key, blocks);
         Ok(blocks)
     }

@@ -291,9 +291,13 @@ fn tensor_core_variants_write_all_of_their_output_and_nothing_else() {
         "n=1,c=70000,h=3,w=3,k=70000,r=3,s=3,pad=1,groups=70000",
         // Output rows a multiple of 4 wide (the spatial tiles' vector stores), ragged tiles.
         "n=2,c=64,h=20,w=28,k=64,r=3,s=3,pad=1,groups=4",
-        // 5x5: the spatial tiles of 16 columns and more take each chunk's taps in steps.
+        // 5x5: the spatial tiles of 16 columns and more split each chunk's taps into steps
+        // where that gives them more busy blocks (these many work items), else take one step
+        // (the few of the small layer).
         "n=2,c=48,h=14,w=13,k=48,r=5,s=5,pad=2,groups=2",
         "n=2,c=48,h=14,w=13,k=48,r=5,s=5,pad=2,groups=2,layout=nhwc",
+        "n=4,c=256,h=24,w=24,k=256,r=5,s=5,pad=2,groups=64",
+        "n=4,c=256,h=24,w=24,k=256,r=5,s=5,pad=2,groups=64,layout=nhwc",
         // Channels last (the NHWC flat and spatial tiles): 4-wide groups, 16-byte copies and stores where
         // y is aligned; 24-wide groups at stride 2; channel counts not a multiple of 4 (4-byte
         // copies, 4-byte stores); 1x1 grouped.
@@ -303,18 +307,25 @@ fn tensor_core_variants_write_all_of_their_output_and_nothing_else() {
         "n=2,c=60,h=7,w=7,k=240,r=1,s=1,groups=3,layout=nhwc",
     ];
     let mut ran = std::collections::HashSet::new();
+    // Plans whose chunks run in steps, and plans that take one step where `igemm::shape` split.
+    let (mut in_steps, mut steps_undone) = (0, 0);
     for (seed, spec) in shapes.into_iter().enumerate() {
         let conv: Conv2d = spec.parse().unwrap();
         let geom = conv.geometry().unwrap();
         let (x_host, w_host, x, w) = inputs(&gpu, &conv, 40 + seed as u64);
         let want = reference::cpu_reference(&conv, &x_host, &w_host).unwrap();
+        let taps = (conv.r * conv.s) as u32;
         for tile in igemm::supporting_variants(&conv, &geom) {
             ran.insert(tile.name);
+            let plan = igemm::IgemmPlan::new(&gpu, stream, &conv, tile, &w).unwrap();
+            let steps = |s: &igemm::IgemmShape| s.spatial.is_some_and(|s| s.taps_per_step < taps);
+            in_steps += steps(plan.shape()) as u32;
+            steps_undone += (steps(&igemm::shape(&conv, &geom, tile)) && !steps(plan.shape())) as u32;
             let bound = igemm::tolerance(&conv, &geom, tile);
             let what = format!("{} on {spec}", tile.name);
-            for (offset, got) in guarded_outputs(&gpu, geom.y_len, &what, |y| {
-                igemm::forward_with(&gpu, stream, &conv, tile, &x, &w, y).unwrap()
-            }) {
+            for (offset, got) in
+                guarded_outputs(&gpu, geom.y_len, &what, |y| plan.forward(&gpu, stream, &x, y).unwrap())
+            {
                 let stats = reference::compare_host(&got, &want, bound);
                 assert!(stats.passed(), "{what} at offset {offset}: {stats:?}");
             }
@@ -324,6 +335,7 @@ fn tensor_core_variants_write_all_of_their_output_and_nothing_else() {
     // shapes: their halos pass what the copies cover).
     let missed: Vec<_> = igemm::variants().iter().filter(|t| !ran.contains(t.name)).map(|t| t.name).collect();
     assert!(missed.is_empty(), "variants no shape ran: {missed:?}");
+    assert!(in_steps > 0 && steps_undone > 0, "{in_steps} plans in steps, {steps_undone} split ones in one step");
 }
 
 #[test]

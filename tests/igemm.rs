@@ -805,6 +805,18 @@ fn spatial_tiles_refuse_halos_beyond_their_copies_and_step_through_large_filters
 }
 
 #[test]
+fn a_chunk_runs_in_steps_only_where_that_keeps_more_blocks_busy() {
+    // 132 SMs: 3 split blocks per SM against 2 pays with work for the third, not without.
+    assert!(igemm::split_adds_busy_blocks(3, 2, 132, 10_000));
+    assert!(igemm::split_adds_busy_blocks(3, 2, 132, 300));
+    assert!(!igemm::split_adds_busy_blocks(3, 2, 132, 264));
+    // Registers that hold both to 2 blocks.
+    assert!(!igemm::split_adds_busy_blocks(2, 2, 132, 10_000));
+    // One step that does not fit at all.
+    assert!(igemm::split_adds_busy_blocks(1, 0, 132, 1));
+}
+
+#[test]
 fn a_class_admits_no_precision_less_accurate_than_itself() {
     use convkit::conv::cudnn::MathClass;
     for math in [MathClass::Exact, MathClass::Fast] {

@@ -87,7 +87,8 @@ pub fn layer_unsupported(conv: &Conv2d) -> Option<&'static str> {
 /// the 56- and 64-column 3xTF32 tiles to 2 blocks per SM at 3x3 (87-97 KB; Nsight Compute,
 /// benches/NOTES.md "Tensor-core NHWC"). In two steps `s16x8_n56` (130-136 registers) and
 /// `s8x8_n64` (80-96) run 3 and got 9-25% faster on RegNetY's N = 32 layers; the 16-row and
-/// 16-column n64 tiles (172-176 registers) stay at 2 and got 5-12% slower (v4 there).
+/// 16-column n64 tiles (172-176 registers) stay at 2 and got 5-12% slower (v4 there), so a plan
+/// takes one step again where the split adds no busy blocks ([`split_adds_busy_blocks`]).
 pub const SPATIAL_SMEM_TARGET: u32 = 75 * 1024;
 
 /// Why `tile`'s layout is not `conv`'s, if it is not.
@@ -443,6 +444,35 @@ fn capped_smem(gpu: &Gpu, kernel: &'static str, smem: u32, cap: u32) -> Result<u
     }
 }
 
+/// `shape` with a spatial tile's chunk of `taps` filter taps in one step where [`shape`] split them (to keep to
+/// [`SPATIAL_SMEM_TARGET`]) but the split gives no entry point more busy blocks
+/// ([`split_adds_busy_blocks`], by the driver's occupancy calculator): a split chunk pays a
+/// barrier per step and has half the compute between refills (H200 at 9f4109e: the 3xTF32
+/// `s16x8_n64` tiles, held to 2 blocks per SM by 172-176 registers either way, 5-12% slower
+/// split; N = 1 layers, whose few work items fill no third block, 2-16% slower; benches/NOTES.md
+/// "Tensor-core NHWC" v4).
+fn taps_in_one_step_unless_split_pays(gpu: &Gpu, shape: IgemmShape, taps: u32) -> Result<IgemmShape> {
+    let Some(split) = shape.spatial.filter(|s| s.taps_per_step < taps) else {
+        return Ok(shape);
+    };
+    let whole = IgemmShape { spatial: Some(SpatialShape { taps_per_step: taps, ..split }), ..shape };
+    let items = shape.grid[0] * shape.grid[1];
+    for kernel in shape.tile.entries.all() {
+        let blocks = |s: &IgemmShape| gpu.resident_blocks(kernel, BLOCK_THREADS, s.smem_bytes());
+        if split_adds_busy_blocks(blocks(&shape)?, blocks(&whole)?, gpu.sm_count(), items) {
+            return Ok(shape);
+        }
+    }
+    Ok(whole)
+}
+
+/// Whether `split` blocks per SM (a chunk's taps in steps) keep more blocks busy than
+/// `unsplit` (0 where one step does not fit) on `sm_count` SMs with `items` work items.
+pub fn split_adds_busy_blocks(split: u32, unsplit: u32, sm_count: u32, items: u64) -> bool {
+    let busy = |blocks_per_sm: u32| (blocks_per_sm as u64 * sm_count as u64).min(items);
+    busy(split) > busy(unsplit)
+}
+
 /// A layer's filters packed for one variant: built once per set of filters, run many times.
 /// The packed filters hold `shape.packed_len` elements (the filters' own count where a
 /// block holds one group and the tiles fit; `groups_per_block` times that at most).
@@ -476,10 +506,10 @@ impl IgemmPlan {
                 reason: "not a kernel of this build (see igemm::variants)",
             });
         }
-        let shape = shape(conv, &geom, tile);
         if let Some(reason) = tile_unsupported(conv, &geom, tile) {
             return Err(Error::UnsupportedTile { tile: tile.name, reason });
         }
+        let shape = taps_in_one_step_unless_split_pays(gpu, shape(conv, &geom, tile), (conv.r * conv.s) as u32)?;
         let len = shape.packed_len((conv.r * conv.s) as u64);
         if len > u32::MAX as u64 {
             return Err(Error::UnsupportedTile {
