@@ -390,22 +390,6 @@ pub fn cp_async_wait_group<const N: u32>() {
     unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
 }
 
-/// [`cp_async_wait_group`] for a count known only after unrolling; a constant `n` folds the
-/// match away. Past 7 it waits as for 7 (for more groups than asked: still correct).
-#[inline(always)]
-pub fn cp_async_wait_pending(n: u32) {
-    match n {
-        0 => cp_async_wait_group::<0>(),
-        1 => cp_async_wait_group::<1>(),
-        2 => cp_async_wait_group::<2>(),
-        3 => cp_async_wait_group::<3>(),
-        4 => cp_async_wait_group::<4>(),
-        5 => cp_async_wait_group::<5>(),
-        6 => cp_async_wait_group::<6>(),
-        _ => cp_async_wait_group::<7>(),
-    }
-}
-
 /// `v` rounded to TF32 (10 mantissa bits, to nearest, ties away from zero), as the bits the
 /// tensor cores read.
 #[inline(always)]

@@ -28,9 +28,8 @@
 //! A block computes a `bm x bn` tile of one matrix with `warp_rows x warp_cols` warps. The
 //! one-chunk tiles ([`MmaTile::one_chunk`], for k up to their chunk) copy all of k into one
 //! stage and multiply into the totals: no ring and no chunk sums, so fewer registers (32 x 32:
-//! 63 instead of 95) and more blocks per SM. Their copies go in one group per k-step, and each
-//! k-step is multiplied once its group has landed, behind the later ones. The host's tests run
-//! the copy, fragment and output math here against an f64 reference.
+//! 63 instead of 95) and more blocks per SM. The
+//! host's tests run the copy, fragment and output math here against an f64 reference.
 
 use super::{BlockCoords, CgemmParams};
 
@@ -301,7 +300,6 @@ pub(super) mod device {
     use super::super::{CgemmParams, Complex32, Op};
     use super::{MmaTile, Products, STAGES, split_tf32};
     use crate::prelude::*;
-    use core::ops::Range;
 
     const SIGN: u32 = 0x8000_0000;
 
@@ -349,9 +347,8 @@ pub(super) mod device {
         }
     }
 
-    /// The k-steps `steps` of one staged chunk (at `stage`) multiplied into `sums`: per
-    /// k-step, each lane's fragments loaded, conjugated where the op says so and split, then
-    /// three `mma` per real product.
+    /// One staged chunk (at `stage`) multiplied into `sums`: per k-step, each lane's fragments
+    /// loaded, conjugated where the op says so and split, then three `mma` per real product.
     /// `sums` are the parts (re, im; the third unused) or, with `GAUSS`, Gauss's three products
     /// (see [`parts`]).
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
@@ -360,15 +357,14 @@ pub(super) mod device {
     fn multiply<const MT: usize, const NT: usize, const AK: bool, const BK: bool, const GAUSS: bool>(
         t: MmaTile,
         stage: u32,
-        steps: Range<u32>,
         (lane, warp): (u32, u32),
         (conj_a, conj_b): (u32, u32),
         sums: &mut [Sums<MT, NT>; 3],
     ) {
         if GAUSS {
-            return multiply_gauss::<MT, NT, AK, BK>(t, stage, steps, (lane, warp), (conj_a, conj_b), sums);
+            return multiply_gauss::<MT, NT, AK, BK>(t, stage, (lane, warp), (conj_a, conj_b), sums);
         }
-        for ks in steps {
+        for ks in 0..t.k_steps() {
             // Values and residuals of every row tile's A fragment, per part.
             let (mut x_re, mut x_re_small) = ([[0u32; 4]; MT], [[0u32; 4]; MT]);
             let (mut x_im, mut x_im_small) = ([[0u32; 4]; MT], [[0u32; 4]; MT]);
@@ -409,7 +405,6 @@ pub(super) mod device {
     fn multiply_gauss<const MT: usize, const NT: usize, const AK: bool, const BK: bool>(
         t: MmaTile,
         stage: u32,
-        steps: Range<u32>,
         (lane, warp): (u32, u32),
         (conj_a, conj_b): (u32, u32),
         sums: &mut [Sums<MT, NT>; 3],
@@ -420,7 +415,7 @@ pub(super) mod device {
             let ((v0, r0), (v1, r1), (v2, r2)) = (split_tf32(re), split_tf32(im), split_tf32(re + im));
             ([v0, v1, v2], [r0, r1, r2])
         };
-        for ks in steps {
+        for ks in 0..t.k_steps() {
             // Per row tile and product: [row tile][product][register].
             let (mut x, mut x_small) = ([[[0u32; 4]; 3]; MT], [[[0u32; 4]; 3]; MT]);
             for i in 0..MT {
@@ -548,15 +543,11 @@ pub(super) mod device {
         let (a_first, b_first) = (t.copy_first(thread, true, AK, a_pairs), t.copy_first(thread, false, BK, b_pairs));
         let a_copies = p.tensor_copies(true, AK, a, at, a_first);
         let b_copies = p.tensor_copies(false, BK, b, at, b_first);
-        // The copies of the chunk at `l0` whose k-step in the chunk lies in `steps`.
         let copy = #[inline(always)]
-        |stage: u32, l0: u32, steps: Range<u32>| {
+        |stage: u32, l0: u32| {
             let base = smem + stage * stage_bytes;
             for u in 0..t.copies(true, a_pairs) {
                 let step = t.copy_step(u, true, AK, a_pairs);
-                if !steps.contains(&((a_first.1 + step.1) / 8)) {
-                    continue;
-                }
                 let slot = base + 8 * t.a_slot(a_first.0 + step.0, a_first.1 + step.1, AK);
                 if a_pairs {
                     let (source, bytes) = a_copies.pair_source(AK, step, l0);
@@ -568,9 +559,6 @@ pub(super) mod device {
             }
             for u in 0..t.copies(false, b_pairs) {
                 let step = t.copy_step(u, false, BK, b_pairs);
-                if !steps.contains(&((b_first.1 + step.1) / 8)) {
-                    continue;
-                }
                 let slot = base + 8 * t.b_slot(b_first.1 + step.1, b_first.0 + step.0, [AK, BK]);
                 if b_pairs {
                     let (source, bytes) = b_copies.pair_source(BK, step, l0);
@@ -586,19 +574,12 @@ pub(super) mod device {
         let (conj_a, conj_b) = (conj(p.op_a), conj(p.op_b));
         let zeros = [[[0.0f32; 4]; NT]; MT];
         let acc = if ONE {
-            // One copy group per k-step, so that each k-step is multiplied as soon as it has
-            // landed while the later ones are still in flight.
-            let steps = t.k_steps();
-            for ks in 0..steps {
-                copy(0, 0, ks..ks + 1);
-                cp_async_commit();
-            }
+            copy(0, 0);
+            cp_async_commit();
+            cp_async_wait_group::<0>();
+            sync_threads();
             let mut sums = [zeros; 3];
-            for ks in 0..steps {
-                cp_async_wait_pending(steps - 1 - ks);
-                sync_threads();
-                multiply::<MT, NT, AK, BK, GAUSS>(t, smem, ks..ks + 1, (lane, warp), (conj_a, conj_b), &mut sums);
-            }
+            multiply::<MT, NT, AK, BK, GAUSS>(t, smem, (lane, warp), (conj_a, conj_b), &mut sums);
             parts::<MT, NT, GAUSS>(&sums)
         } else {
             let mut acc = [zeros; 2];
@@ -606,7 +587,7 @@ pub(super) mod device {
             // count (and so the wait below) uniform.
             for stage in 0..STAGES - 1 {
                 if stage < chunks {
-                    copy(stage, stage * t.bk, 0..t.k_steps());
+                    copy(stage, stage * t.bk);
                 }
                 cp_async_commit();
             }
@@ -619,7 +600,7 @@ pub(super) mod device {
                 cp_async_wait_group::<{ STAGES - 2 }>();
                 sync_threads();
                 if q + STAGES - 1 < chunks {
-                    copy(refill, (q + STAGES - 1) * t.bk, 0..t.k_steps());
+                    copy(refill, (q + STAGES - 1) * t.bk);
                 }
                 cp_async_commit();
                 refill = current;
@@ -627,7 +608,7 @@ pub(super) mod device {
                 let stage = smem + current * stage_bytes;
                 current = if current + 1 == STAGES { 0 } else { current + 1 };
                 let mut sums = [zeros; 3];
-                multiply::<MT, NT, AK, BK, GAUSS>(t, stage, 0..t.k_steps(), (lane, warp), (conj_a, conj_b), &mut sums);
+                multiply::<MT, NT, AK, BK, GAUSS>(t, stage, (lane, warp), (conj_a, conj_b), &mut sums);
                 let part = parts::<MT, NT, GAUSS>(&sums);
                 for i in 0..MT {
                     for j in 0..NT {
