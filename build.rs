@@ -44,6 +44,10 @@ fn main() {
             .arg(format!("target-cpu={arch}"))
             // Register-array accumulators must be fully unrolled or they go to local memory.
             .args(["-C", "llvm-args=-unroll-threshold=1000"]);
+        // sm_90's bulk copies and `mbarrier` transaction counts are PTX 8.0.
+        if cc >= 90 {
+            cmd.args(["-C", "target-feature=+ptx80"]);
+        }
         // The outer build's flags and wrappers (clippy, coverage, host target-dir) are not for PTX.
         for var in
             ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_TARGET_DIR", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER"]

@@ -64,11 +64,15 @@ pub const STAGE_ELEMENTS: u32 = STAGE_SLOTS * CGEMM_THREADS;
 pub const MAX_ITEMS: u64 = (1 << 31) - 1;
 
 /// A `Whole` variant's block: its threads and the aligned pairs of elements each copies per
-/// item at most, which together size its stages.
+/// item at most, which together size its stages, and how the stages are filled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WholeBlock {
     pub threads: u32,
     pub pairs: u32,
+    /// One thread starts each operand's footprint as one bulk copy (`cp.async.bulk`, sm_90)
+    /// completing on the stage's `mbarrier`, instead of every thread copying pairs by
+    /// `cp.async`; other architectures' PTX keeps `cp.async` in these entry points.
+    pub bulk: bool,
 }
 
 impl WholeBlock {
@@ -81,6 +85,11 @@ impl WholeBlock {
     /// rounded out to aligned pairs within one stage.
     pub const fn elements(&self) -> u32 {
         self.stage() - 4
+    }
+
+    /// Dynamic shared memory: the stages, then (bulk copies) an `mbarrier` per stage.
+    pub const fn smem_bytes(&self) -> u32 {
+        8 * WHOLE_STAGES * (self.stage() + self.bulk as u32)
     }
 }
 
@@ -180,7 +189,7 @@ impl CgemmTile {
 macro_rules! cgemm_tiles {
     (
         plain: [$(($name:ident, $family:ident, $tm:literal, $tn:literal, $kernel:path)),* $(,)?],
-        whole: [$(($w_name:ident, $w_tm:literal, $w_tn:literal, $w_threads:literal, $w_pairs:literal)),* $(,)?],
+        whole: [$(($w_name:ident, $w_tm:literal, $w_tn:literal, $w_threads:literal, $w_pairs:literal, $w_bulk:literal)),* $(,)?],
         large: [$(([$l_mn:ident, $l_mk:ident, $l_kn:ident, $l_kk:ident], $l_tm:literal, $l_tn:literal)),* $(,)?],
         tensor: [$(
             ([$t_mn:ident, $t_mk:ident, $t_kn:ident, $t_kk:ident],
@@ -195,7 +204,7 @@ macro_rules! cgemm_tiles {
             },)*
             $(CgemmTile {
                 name: stringify!($w_name), family: Family::Whole, tm: $w_tm, tn: $w_tn, k_contiguous: None, mma: None,
-                whole: Some(WholeBlock { threads: $w_threads, pairs: $w_pairs }),
+                whole: Some(WholeBlock { threads: $w_threads, pairs: $w_pairs, bulk: $w_bulk }),
             },)*
             $(
                 layout_tile(stringify!($l_mn), Family::Large, $l_tm, $l_tn, [false, false], None),
@@ -220,7 +229,7 @@ macro_rules! cgemm_tiles {
             use super::kernel::*;
             use super::tensor::device::tensor;
             $(cgemm_tiles!(@entry $name, $kernel);)*
-            $(cgemm_tiles!(@entry $w_name, whole::<$w_tm, $w_tn, $w_threads, $w_pairs>);)*
+            $(cgemm_tiles!(@entry $w_name, whole::<$w_tm, $w_tn, $w_threads, $w_pairs, $w_bulk>);)*
             $(cgemm_tiles!(@layouts [$l_mn, $l_mk, $l_kn, $l_kk], large, [$l_tm, $l_tn]);)*
             $(cgemm_tiles!(@layouts [$t_mn, $t_mk, $t_kn, $t_kk], tensor, [$wr, $wc, $mt, $nt, $kb, $one, $gauss]);)*
         }
@@ -259,16 +268,20 @@ cgemm_tiles!(
     ],
     // Register tile (rows x columns per thread), threads per block, pairs each thread copies
     // per item: 16 KB stages of 256 threads, ahead of 128- and 64-thread blocks on sq3 to sq12
-    // (H200; benches/NOTES.md, cgemm v10).
+    // (H200; benches/NOTES.md, cgemm v10); bulk copies.
     whole: [
-        (cgemm_whole_t1x1, 1, 1, 256, 4),
-        (cgemm_whole_t1x2, 1, 2, 256, 4),
-        (cgemm_whole_t1x4, 1, 4, 256, 4),
-        (cgemm_whole_t2x1, 2, 1, 256, 4),
-        (cgemm_whole_t2x2, 2, 2, 256, 4),
-        (cgemm_whole_t2x4, 2, 4, 256, 4),
-        (cgemm_whole_t4x1, 4, 1, 256, 4),
-        (cgemm_whole_t4x2, 4, 2, 256, 4),
+        (cgemm_whole_t1x1, 1, 1, 256, 4, false),
+        (cgemm_whole_t1x2, 1, 2, 256, 4, false),
+        (cgemm_whole_t1x4, 1, 4, 256, 4, false),
+        (cgemm_whole_t2x1, 2, 1, 256, 4, false),
+        (cgemm_whole_t2x2, 2, 2, 256, 4, false),
+        (cgemm_whole_t2x4, 2, 4, 256, 4, false),
+        (cgemm_whole_t4x1, 4, 1, 256, 4, false),
+        (cgemm_whole_t4x2, 4, 2, 256, 4, false),
+        (cgemm_whole_bulk_t1x1, 1, 1, 256, 4, true),
+        (cgemm_whole_bulk_t1x2, 1, 2, 256, 4, true),
+        (cgemm_whole_bulk_t1x4, 1, 4, 256, 4, true),
+        (cgemm_whole_bulk_t2x4, 2, 4, 256, 4, true),
     ],
     // Register tile (rows x columns per thread).
     large: [
@@ -324,11 +337,15 @@ const fn layout_tile(
 }
 
 /// The variant of `family` with a `tm x tn` register tile (for `Large` and `Tensor`, compiled
-/// for the stored layouts `k_contiguous`), if the PTX has it.
+/// for the stored layouts `k_contiguous`; `Whole` copying by `cp.async`), if the PTX has it.
 pub fn cgemm_tile(family: Family, tm: u32, tn: u32, k_contiguous: [bool; 2]) -> Option<&'static CgemmTile> {
-    CGEMM_TILES
-        .iter()
-        .find(|t| t.family == family && t.tm == tm && t.tn == tn && t.k_contiguous.is_none_or(|kc| kc == k_contiguous))
+    CGEMM_TILES.iter().find(|t| {
+        t.family == family
+            && t.tm == tm
+            && t.tn == tn
+            && t.k_contiguous.is_none_or(|kc| kc == k_contiguous)
+            && t.whole.is_none_or(|w| !w.bulk)
+    })
 }
 
 /// Where element `e` of a `Large` chunk of one operand lies: its index along the tile's
@@ -609,7 +626,7 @@ impl CgemmShape {
             // A ring of stages, each the footprints of an item's matrices.
             Family::Whole => {
                 return match self.tile.whole {
-                    Some(block) => 8 * WHOLE_STAGES * block.stage(),
+                    Some(block) => block.smem_bytes(),
                     None => 0,
                 };
             }
@@ -1143,13 +1160,22 @@ mod kernel {
         }
     }
 
-    /// Conjugates in place the pairs of `copies` (at `stage`) that this thread copied and whose
-    /// operand `conj` marks; its own copies are complete and visible to it after the wait.
+    /// Conjugates in place the pairs of `copies` (at `stage`) that this thread copied (with
+    /// `BULK`, those of the bulk copies in `cp.async`'s division) and whose operand `conj`
+    /// marks; they are complete and visible to it after the wait.
     #[inline(always)]
-    fn whole_conjugate<const THREADS: u32, const PAIRS: u32>(copies: &[VerbatimCopy; 2], stage: u32, conj: [bool; 2]) {
+    fn whole_conjugate<const THREADS: u32, const PAIRS: u32, const BULK: bool>(
+        copies: &[VerbatimCopy; 2],
+        stage: u32,
+        conj: [bool; 2],
+    ) {
+        // With bulk copies the last pair of a copy that ends past its buffer is written (and
+        // conjugated) by hand, by the thread that started the copies.
+        let ours = |c: &VerbatimCopy| if BULK { c.vector_pairs } else { c.pairs };
+        let [a, b] = [ours(&copies[0]), ours(&copies[1])];
         for u in 0..PAIRS {
             let q = thread_idx_x() + u * THREADS;
-            let mine = if q < copies[0].pairs { conj[0] } else { q - copies[0].pairs < copies[1].pairs && conj[1] };
+            let mine = if q < copies[0].pairs { q < a && conj[0] } else { q - copies[0].pairs < b && conj[1] };
             if mine {
                 let [re0, im0, re1, im1] = ld_shared_f32x4(stage + 16 * q);
                 st_shared_f32x4(stage + 16 * q, [re0, -im0, re1, -im1]);
@@ -1157,12 +1183,39 @@ mod kernel {
         }
     }
 
+    /// Starts the copies of `Whole` item `at` into the stage at `stage` as bulk copies, one
+    /// per operand, completing on `bar` (the calling thread's arrival); a last pair that ends
+    /// past its buffer is written by hand (conjugated where `conj` says), as `cp.async` would
+    /// have placed it.
+    #[inline(always)]
+    fn whole_bulk_copy(p: &CgemmParams, at: BlockCoords, src: [u64; 2], stage: u32, bar: u32, conj: [bool; 2]) {
+        let [a, b] = p.whole_copies(at);
+        mbarrier_arrive_expect_tx(bar, 16 * (a.vector_pairs + b.vector_pairs));
+        let operand = |copy: VerbatimCopy, source: u64, region: u32, conj: bool| {
+            if copy.vector_pairs > 0 {
+                cp_async_bulk(region, source + 16 * copy.first_pair, 16 * copy.vector_pairs, bar);
+            }
+            if copy.vector_pairs < copy.pairs {
+                let [re, im] = ldg_f32x2(source + 16 * (copy.first_pair + copy.vector_pairs as u64));
+                st_shared_f32x2(region + 16 * copy.vector_pairs, [re, if conj { -im } else { im }]);
+                fence_proxy_async_shared();
+            }
+        };
+        operand(a, src[0], stage, conj[0]);
+        operand(b, src[1], stage + 16 * a.pairs, conj[1]);
+    }
+
     /// Whole matrices, `per_block` to an item, items grid-stride: both operands' footprints
-    /// copied verbatim by `cp.async` into a ring of [`WHOLE_STAGES`] stages, the next
-    /// `WHOLE_STAGES - 1` items' copies in flight while each thread's register tile of the
-    /// current one is read through the ops from shared memory.
-    pub unsafe fn whole<const TM: usize, const TN: usize, const THREADS: u32, const PAIRS: u32>(p: &CgemmParams) {
-        let stage_bytes = 8 * WholeBlock { threads: THREADS, pairs: PAIRS }.stage();
+    /// copied verbatim (by `cp.async`, or with `BULK` by bulk copies) into a ring of
+    /// [`WHOLE_STAGES`] stages, the next `WHOLE_STAGES - 1` items' copies in flight while each
+    /// thread's register tile of the current one is read through the ops from shared memory.
+    pub unsafe fn whole<const TM: usize, const TN: usize, const THREADS: u32, const PAIRS: u32, const BULK: bool>(
+        p: &CgemmParams,
+    ) {
+        let block = WholeBlock { threads: THREADS, pairs: PAIRS, bulk: BULK };
+        // Bulk copies and `expect_tx` need sm_90; other architectures copy by `cp.async`.
+        let bulk = BULK && cfg!(target_feature = "sm_90");
+        let stage_bytes = 8 * block.stage();
         let mut item = block_idx_x();
         if item >= p.items {
             return;
@@ -1171,10 +1224,29 @@ mod kernel {
         let c = to_global(p.c);
         let smem = smem_base();
         let me = p.thread_coords(thread_idx_x());
+        let conj = [p.op_a == Op::C as u32, p.op_b == Op::C as u32];
+        // The stages' mbarriers, after them; one thread starts every bulk copy.
+        let bars = smem + WHOLE_STAGES * stage_bytes;
+        let starter = thread_idx_x() == 0;
+        if bulk {
+            if starter {
+                for s in 0..WHOLE_STAGES {
+                    mbarrier_init(bars + 8 * s, 1);
+                }
+                fence_mbarrier_init();
+            }
+            sync_threads();
+        }
+        let start = |item: u32, stage: u32| {
+            if !bulk {
+                whole_copy::<THREADS, PAIRS>(p, p.item_coords(item), src, smem + stage * stage_bytes);
+            } else if starter {
+                whole_bulk_copy(p, p.item_coords(item), src, smem + stage * stage_bytes, bars + 8 * stage, conj);
+            }
+        };
         // op(A)[row, l] at row · a_row + l · a_l of its matrix (conjugated in the stage).
         let (a_row, a_l) = if p.op_a == Op::N as u32 { (1, p.lda) } else { (p.lda, 1) };
         let (b_l, b_col) = if p.op_b == Op::N as u32 { (1, p.ldb) } else { (p.ldb, 1) };
-        let conj = [p.op_a == Op::C as u32, p.op_b == Op::C as u32];
         let (rows, cols) = (p.thread_rows.divisor, p.thread_cols);
         // Byte offsets in a matrix's footprint; rows (columns) past the matrix read its last
         // one and their outputs are dropped.
@@ -1190,31 +1262,44 @@ mod kernel {
         }
         let (a_step, b_step) = (8 * a_l, 8 * b_l);
 
-        // One commit per item, empty or not, keeps the group count uniform.
+        // One `cp.async` commit per item, empty or not, keeps the group count uniform.
         let mut ahead = item;
         for s in 0..WHOLE_STAGES - 1 {
             if ahead < p.items {
-                whole_copy::<THREADS, PAIRS>(p, p.item_coords(ahead), src, smem + s * stage_bytes);
+                start(ahead, s);
             }
-            cp_async_commit();
+            if !bulk {
+                cp_async_commit();
+            }
             ahead += grid_dim_x();
         }
-        let mut stage = 0;
+        // The parity of the stages' mbarrier phases this round of the ring waits for.
+        let (mut stage, mut parity) = (0, 0);
         loop {
             let at = p.item_coords(item);
             let copies = p.whole_copies(at);
             let here = smem + stage * stage_bytes;
-            cp_async_wait_group::<{ WHOLE_STAGES - 2 }>();
+            if bulk {
+                mbarrier_wait_parity(bars + 8 * stage, parity);
+            } else {
+                cp_async_wait_group::<{ WHOLE_STAGES - 2 }>();
+            }
             if conj[0] || conj[1] {
-                whole_conjugate::<THREADS, PAIRS>(&copies, here, conj);
+                whole_conjugate::<THREADS, PAIRS, BULK>(&copies, here, conj);
+                if bulk {
+                    // The stage is written again by bulk copies.
+                    fence_proxy_async_shared();
+                }
             }
             sync_threads();
             // Every thread is past the item before: its stage takes the copy furthest ahead.
             let free = if stage == 0 { WHOLE_STAGES - 1 } else { stage - 1 };
             if ahead < p.items {
-                whole_copy::<THREADS, PAIRS>(p, p.item_coords(ahead), src, smem + free * stage_bytes);
+                start(ahead, free);
             }
-            cp_async_commit();
+            if !bulk {
+                cp_async_commit();
+            }
             ahead += grid_dim_x();
 
             let matrices = p.whole_matrices(at);
@@ -1276,6 +1361,7 @@ mod kernel {
                 return;
             }
             stage = if stage + 1 == WHOLE_STAGES { 0 } else { stage + 1 };
+            parity ^= (stage == 0) as u32;
         }
     }
 

@@ -92,6 +92,77 @@ pub fn cp_async_wait_all() {
     unsafe { asm!("cp.async.wait_all;", options(nostack)) };
 }
 
+/// Initialises the `mbarrier` at `bar` (an 8-byte aligned shared address) for `count`
+/// arrivals per phase (sm_80 and later).
+#[inline(always)]
+pub fn mbarrier_init(bar: u32, count: u32) {
+    unsafe {
+        asm!("mbarrier.init.shared::cta.b64 [{b}], {c};", b = in(reg32) bar, c = in(reg32) count, options(nostack))
+    };
+}
+
+/// Orders this thread's `mbarrier` initialisations before later uses by other threads and by
+/// the async proxy (bulk copies); a block barrier must follow before other threads wait on them.
+#[inline(always)]
+pub fn fence_mbarrier_init() {
+    unsafe { asm!("fence.mbarrier_init.release.cluster;", options(nostack)) };
+}
+
+/// Orders this thread's generic-proxy accesses to shared memory before later async-proxy ones
+/// (bulk copies) to the same bytes.
+#[inline(always)]
+pub fn fence_proxy_async_shared() {
+    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
+}
+
+/// Arrives on `bar` once, raising the bytes its current phase waits for by `bytes` first (sm_90,
+/// PTX 8.0).
+#[inline(always)]
+pub fn mbarrier_arrive_expect_tx(bar: u32, bytes: u32) {
+    unsafe {
+        asm!("mbarrier.arrive.expect_tx.shared::cta.b64 _, [{b}], {n};", b = in(reg32) bar, n = in(reg32) bytes,
+            options(nostack))
+    };
+}
+
+/// Starts a bulk copy (the copy engine, sm_90, PTX 8.0) of `bytes` (a multiple of 16) from
+/// `global_addr` to `smem_addr` (both 16-byte aligned) that completes `bytes` of `bar`'s phase.
+#[inline(always)]
+pub fn cp_async_bulk(smem_addr: u32, global_addr: u64, bytes: u32, bar: u32) {
+    unsafe {
+        asm!("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
+            d = in(reg32) smem_addr, s = in(reg64) global_addr, n = in(reg32) bytes, b = in(reg32) bar,
+            options(nostack))
+    };
+}
+
+/// Waits until the phase of `bar` with parity `parity` has completed; what completed it (bulk
+/// copies included) is then visible to this thread (sm_90).
+#[inline(always)]
+pub fn mbarrier_wait_parity(bar: u32, parity: u32) {
+    loop {
+        let done: u32;
+        unsafe {
+            asm!("{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [{b}], {ph}; selp.u32 {d}, 1, 0, p; }}",
+                b = in(reg32) bar, ph = in(reg32) parity, d = out(reg32) done, options(nostack))
+        };
+        if done != 0 {
+            return;
+        }
+    }
+}
+
+/// `[re, im]` of an 8-byte aligned complex f32 in global memory (`ld.global.v2`).
+#[inline(always)]
+pub fn ldg_f32x2(global_addr: u64) -> [f32; 2] {
+    let (re, im): (f32, f32);
+    unsafe {
+        asm!("ld.global.v2.f32 {{{r}, {i}}}, [{a}];", a = in(reg64) global_addr, r = out(reg32) re, i = out(reg32) im,
+            options(readonly, nostack))
+    };
+    [re, im]
+}
+
 /// The 32-bit shared-window address of the dynamic shared memory.
 #[inline(always)]
 pub fn smem_base() -> u32 {
