@@ -324,7 +324,7 @@ pub fn tensor_tile(m: usize, n: usize, k: usize, kc: [bool; 2], products: Produc
         .find(|t| {
             t.k_contiguous == Some(kc)
                 && t.mma.is_some_and(|mma| {
-                    (mma.bm(), mma.bn(), mma.one_chunk, mma.products) == (bm, bn, one_chunk, products)
+                    (mma.bm(), mma.bn(), mma.one_chunk, mma.products, mma.ring) == (bm, bn, one_chunk, products, 0)
                 })
         })
         .expect("CGEMM_TILES has these Tensor tiles for every layout")
@@ -332,7 +332,9 @@ pub fn tensor_tile(m: usize, n: usize, k: usize, kc: [bool; 2], products: Produc
 
 /// How `tile` tiles `g` (sizes of the column-major problem); `None` where `tile` cannot
 /// compute it (a `Whole` one that cannot hold its matrices, a `Large` or `Tensor` one
-/// compiled for other stored layouts).
+/// compiled for other stored layouts, a `Tensor` ring tile where a tile would reach past its
+/// matrix or k, or an operand's lines would not start 16-byte aligned in a 16-byte aligned
+/// buffer: its bulk copies fill no zeros and copy 16-byte units).
 pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
     let cm = g.column_major();
     let u = |v: usize| v as u32; // validate() bounds every extent by i32::MAX
@@ -350,6 +352,10 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
         Family::Tensor => tile
             .mma
             .filter(|mma| tile.k_contiguous == Some(k_contiguous(&cm)) && (!mma.one_chunk || k <= mma.bk))
+            .filter(|mma| {
+                let even = [cm.lda, cm.ldb, cm.stride_a, cm.stride_b].iter().all(|v| v.is_multiple_of(2));
+                mma.ring == 0 || (m.is_multiple_of(mma.bm()) && n.is_multiple_of(mma.bn()) && k == mma.bk && even)
+            })
             .map(|mma| CgemmShape::tensor(*tile, mma, k)),
         Family::Whole => {
             let span = cm.validate().ok()?.span;
@@ -465,6 +471,8 @@ pub fn cgemm_with_tile(
             if !ptr.is_multiple_of(align) {
                 let reason = match tile.family {
                     Family::Whole => "the Whole variants copy operands with 16-byte loads",
+                    Family::Register => "the Register variant loads its matrices with 16-byte loads",
+                    _ if align == 16 => "the Tensor ring variants copy operands' lines by 16-byte bulk copies",
                     _ => "the Tensor variants copy whole complex elements with cp.async",
                 };
                 return Err(Error::Misaligned { buffer, align: align as usize, reason });
@@ -538,6 +546,7 @@ pub fn cgemm_planar_with_tile<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
 fn alignment(tile: &CgemmTile, buffer: &str) -> u64 {
     match tile.family {
         Family::Whole if buffer != "c" => 16,
+        Family::Tensor if buffer != "c" && tile.mma.is_some_and(|mma| mma.ring > 0) => 16,
         Family::Tensor => 8,
         Family::Register => 16,
         Family::Whole | Family::Tiled | Family::Large | Family::Element | Family::Dot | Family::Pointwise => 1,
@@ -670,10 +679,15 @@ fn launch(
         if g.layout == Layout::RowMajor { ((b, a), [lengths[1], lengths[0]]) } else { ((a, b), lengths) };
     let shape =
         shape(g, tile).ok_or_else(|| Error::invalid("tile", format!("{} does not compute this problem", tile.name)))?;
-    // Whole blocks walk their items grid-stride: as many as the SMs hold at once.
-    let resident = match tile.family {
-        Family::Whole => gpu.resident_blocks(tile.name, tile.threads(), shape.smem_bytes())?.max(1) * gpu.sm_count(),
-        _ => u32::MAX,
+    let ring = tile.mma.is_some_and(|mma| mma.ring > 0);
+    if ring && gpu.arch() < 90 {
+        return Err(Error::UnsupportedTile { tile: tile.name, reason: "its bulk copies need an sm_90 GPU" });
+    }
+    // Whole and ring blocks walk their items grid-stride: as many as the SMs hold at once.
+    let resident = if tile.family == Family::Whole || ring {
+        gpu.resident_blocks(tile.name, tile.threads(), shape.smem_bytes())?.max(1) * gpu.sm_count()
+    } else {
+        u32::MAX
     };
     for (first, count, items) in launches(g, &shape) {
         let mut p = params(g, &shape, alpha, beta, first, count);

@@ -21,6 +21,7 @@ use kernels_gpu::{
     },
     random::mix,
 };
+use rand::Rng;
 
 fn complex(seed: u64, len: usize) -> Vec<Complex32> {
     host_uniform(seed, 2 * len).chunks(2).map(|p| Complex32::new(p[0], p[1])).collect()
@@ -539,6 +540,32 @@ fn emulate_tensor(case: &CgemmCase, tile: &CgemmTile, a: &[Complex32], b: &[Comp
             let at = p.item_coords(item);
             let mut smem = SharedMemory::<Complex32>::new((shape.smem_bytes() / 8) as usize);
             let copy = |smem: &mut SharedMemory<Complex32>, stage: u32, chunk: u32| {
+                if t.ring > 0 {
+                    // The producer's bulk copies, one per stored line: the thread that issues
+                    // one does not matter, so one item writes the stage.
+                    smem.item = t.threads();
+                    for (is_a, src) in [(true, a), (false, b)] {
+                        let kc_x = kc[!is_a as usize];
+                        let bytes = t.ring_line_bytes(is_a, kc_x);
+                        for line in 0..t.ring_lines(is_a, kc_x) {
+                            let (first, slot) = t.ring_line(line, is_a, kc);
+                            let source = p.tensor_copies(is_a, kc_x, 0, at, first).source(kc_x, (0, 0), 0);
+                            let source = source.unwrap_or_else(|| panic!("{case}: a ring line past the matrix or k"));
+                            assert!(
+                                source.is_multiple_of(16) && slot.is_multiple_of(2) && bytes.is_multiple_of(16),
+                                "{case}: a bulk copy not in 16-byte units"
+                            );
+                            for e in 0..bytes / 8 {
+                                // Element e of the line is the next along the stored line.
+                                let (index, l) = if kc_x { (first.0, first.1 + e) } else { (first.0 + e, first.1) };
+                                let expected = if is_a { t.a_slot(index, l, kc[0]) } else { t.b_slot(l, index, kc) };
+                                assert_eq!(slot + e, expected, "{case}: line {line}'s element {e} lands off its slot");
+                                smem.store(stage * stage_slots + slot + e, src[source as usize / 8 + e as usize]);
+                            }
+                        }
+                    }
+                    return;
+                }
                 for thread in 0..t.threads() {
                     smem.item = thread;
                     for (is_a, src) in [(true, a), (false, b)] {
@@ -732,6 +759,100 @@ fn the_kernels_arithmetic_matches_the_reference_on_random_problems() {
         "m=2,batch=6,op=cn",
     ] {
         check_every_tile(&spec.parse().unwrap(), 7);
+    }
+    // The ring tiles, in every stored layout: interior tiles with k their chunk.
+    for spec in [
+        "m=64,n=32,k=32,batch=3",
+        "m=32,n=64,k=32,batch=2,op=tc",
+        "m=32,n=32,k=32,batch=3,op=nt,layout=row",
+        "m=96,n=32,k=32,batch=2,op=ct",
+    ] {
+        let case: CgemmCase = spec.parse().unwrap();
+        assert!(variants(&case).any(|t| t.mma.is_some_and(|mma| mma.ring > 0)), "{case}: no ring tile computes it");
+        check_every_tile(&case, 8);
+    }
+}
+
+/// An mbarrier as the ring uses it: `count` arrivals complete a phase (the bulk copies' bytes
+/// are counted as landed with the producer's arrival).
+struct Mbarrier {
+    count: u32,
+    pending: u32,
+    completed: u32,
+}
+
+impl Mbarrier {
+    fn new(count: u32) -> Self {
+        Mbarrier { count, pending: count, completed: 0 }
+    }
+
+    fn arrive(&mut self) {
+        self.pending -= 1;
+        if self.pending == 0 {
+            (self.pending, self.completed) = (self.count, self.completed + 1);
+        }
+    }
+
+    /// `mbarrier.try_wait.parity`: whether the phase of parity `parity` has completed, that
+    /// is, the current phase has the other parity (a fresh mbarrier's phase before its first
+    /// counts as completed).
+    fn passed(&self, parity: u32) -> bool {
+        self.completed & 1 != parity
+    }
+}
+
+#[test]
+fn the_ring_hands_each_item_its_stage_after_it_is_filled_and_before_it_is_refilled() {
+    use kernels_gpu::cgemm::tensor::RingSlot;
+    let mut rng = check::rng(5);
+    for stages in 1..=4u32 {
+        for items in [1u32, 2, 3, 7, 20] {
+            for schedule in 0..20 {
+                let consumers = 4; // warps, one arrival each here
+                let mut full: Vec<_> = (0..stages).map(|_| Mbarrier::new(1)).collect();
+                let mut empty: Vec<_> = (0..stages).map(|_| Mbarrier::new(consumers)).collect();
+                // Which item a stage holds, and whether every consumer is done with it.
+                let mut held: Vec<Option<(u32, u32)>> = vec![None; stages as usize];
+                let (mut producer, mut produced) = (RingSlot::default(), 0);
+                let mut consumer: Vec<(RingSlot, u32)> = vec![(RingSlot::default(), 0); consumers as usize];
+                loop {
+                    let can_produce = produced < items && empty[producer.stage as usize].passed(producer.freed());
+                    let ready: Vec<usize> = (0..consumers as usize)
+                        .filter(|&w| {
+                            consumer[w].1 < items && full[consumer[w].0.stage as usize].passed(consumer[w].0.filled())
+                        })
+                        .collect();
+                    if !can_produce && ready.is_empty() {
+                        break;
+                    }
+                    // Any order the hardware could take, a new one per schedule.
+                    let pick = rng.random_range(0..ready.len() + can_produce as usize);
+                    if pick == ready.len() {
+                        let s = producer.stage as usize;
+                        if let Some((item, done)) = held[s] {
+                            assert_eq!(done, consumers, "stage {s} refilled while item {item} is read");
+                        }
+                        held[s] = Some((produced, 0));
+                        full[s].arrive();
+                        (producer, produced) = (producer.next(stages), produced + 1);
+                    } else {
+                        let w = ready[pick];
+                        let (slot, item) = consumer[w];
+                        let s = slot.stage as usize;
+                        let (holds, done) = held[s].expect("a stage read before it was filled");
+                        assert_eq!(holds, item, "warp {w} reads stage {s} for item {item}");
+                        held[s] = Some((holds, done + 1));
+                        empty[s].arrive();
+                        consumer[w] = (slot.next(stages), item + 1);
+                    }
+                }
+                assert_eq!(
+                    produced, items,
+                    "{stages} stages, {items} items, schedule {schedule}: the producer stalled"
+                );
+                assert!(consumer.iter().all(|&(_, item)| item == items), "the consumers stalled");
+            }
+        }
     }
 }
 

@@ -546,6 +546,39 @@ fn cgemm_matches_the_reference_on_random_problems() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn cgemm_ring_tiles_walk_many_items_and_refuse_misaligned_operands() {
+    let gpu = gpu();
+    // Many more items than resident blocks, so each block goes round its ring several times;
+    // every layout.
+    for spec in ["m=32,batch=3000", "m=64,n=32,k=32,batch=700,op=tc", "m=32,batch=900,op=cn,layout=row,beta=0"] {
+        let case: CgemmCase = spec.parse().unwrap();
+        let r = cgemm::check_case(&gpu, &case, mix(29, case.g.batch as u64)).unwrap();
+        let rings = r.tiles.iter().filter(|(t, _)| t.mma.is_some_and(|m| m.ring > 0)).count();
+        assert_eq!(rings, 3, "{spec}: every ring tile ran");
+        assert!(r.passed(), "{spec}: {}", r.failures().join("; "));
+    }
+    // An operand 8 bytes off a 16-byte boundary: the ring tiles' bulk copies refuse it.
+    let g = BatchedGemm::packed(32, 32, 32, 4, Op::N, Op::N, Layout::ColMajor);
+    let tile = kernels_gpu::cgemm::CGEMM_TILES.iter().find(|t| t.name == "cgemm_tc_32x32_k32_r2_mk").unwrap();
+    let a = gpu.alloc::<Complex32>(4 * 1024 + 1).unwrap();
+    let b = gpu.alloc::<Complex32>(4 * 1024).unwrap();
+    let mut c = gpu.alloc::<Complex32>(4 * 1024).unwrap();
+    let result = cgemm_api::cgemm_with_tile(
+        &gpu,
+        gpu.stream(),
+        &g,
+        tile,
+        Complex32::ONE,
+        &a.slice(1..),
+        &b,
+        Complex32::ZERO,
+        &mut c,
+    );
+    assert!(matches!(result, Err(Error::Misaligned { buffer: "a", align: 16, .. })), "{result:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn cgemm_agrees_with_cublas_and_cublaslt_and_refuses_short_buffers() {
     let gpu = gpu();
     let stream = gpu.stream();

@@ -168,17 +168,26 @@ pub fn load_suite(name: &str) -> Result<Vec<CgemmCase>> {
 
 /// A random problem for `check cgemm`: sizes 1 to 40 (now and then up to 130), every op,
 /// both layouts and storages, padded leading dimensions, gaps and shared (stride 0)
-/// operands between matrices, and complex α and β (β = 0 a quarter of the time).
+/// operands between matrices, and complex α and β (β = 0 a quarter of the time). One in ten
+/// is made of whole 32 x 32 tiles with k = 32 and even paddings: what the `Tensor` ring
+/// variants take.
 pub fn random_case(rng: &mut SmallRng, index: usize) -> CgemmCase {
+    let tiles = rng.random_range(0..10) == 0;
     let size = |rng: &mut SmallRng| {
-        if rng.random_range(0..8) == 0 { rng.random_range(41..=130) } else { rng.random_range(1..=40) }
+        if tiles {
+            32 * rng.random_range(1..=3)
+        } else if rng.random_range(0..8) == 0 {
+            rng.random_range(41..=130)
+        } else {
+            rng.random_range(1..=40)
+        }
     };
-    let (m, n, k) = (size(rng), size(rng), size(rng));
+    let (m, n, k) = (size(rng), size(rng), if tiles { 32 } else { size(rng) });
     let batch = rng.random_range(1..=12);
     let op = |rng: &mut SmallRng| Op::ALL[rng.random_range(0..3)];
     let layout = if rng.random() { Layout::ColMajor } else { Layout::RowMajor };
     let mut g = BatchedGemm::packed(m, n, k, batch, op(rng), op(rng), layout);
-    let pad = |rng: &mut SmallRng| rng.random_range(0..4);
+    let pad = |rng: &mut SmallRng| rng.random_range(0..4) & if tiles { !1 } else { !0 };
     (g.lda, g.ldb, g.ldc) = (g.lda + pad(rng), g.ldb + pad(rng), g.ldc + pad(rng));
     // Strides: each matrix's span plus a gap, or 0 (one A or B for the whole batch).
     let span = |ld: usize, rows: usize, cols: usize| {

@@ -174,7 +174,7 @@ impl CgemmTile {
     /// Threads per block.
     pub const fn threads(&self) -> u32 {
         match (self.mma, self.whole, self.family) {
-            (Some(mma), _, _) => mma.threads(),
+            (Some(mma), _, _) => mma.block_threads(),
             (_, Some(block), _) => block.threads,
             (None, None, Family::Element) => ELEMENT_THREADS,
             (None, None, _) => CGEMM_THREADS,
@@ -194,6 +194,10 @@ macro_rules! cgemm_tiles {
         tensor: [$(
             ([$t_mn:ident, $t_mk:ident, $t_kn:ident, $t_kk:ident],
              $wr:literal, $wc:literal, $mt:literal, $nt:literal, $kb:literal, $one:literal, $gauss:literal)
+        ),* $(,)?],
+        ring: [$(
+            ([$r_mn:ident, $r_mk:ident, $r_kn:ident, $r_kk:ident],
+             $r_wr:literal, $r_wc:literal, $r_mt:literal, $r_nt:literal, $r_kb:literal, $r_gauss:literal, $r_stages:literal)
         ),* $(,)?] $(,)?
     ) => {
         /// Every variant in the PTX.
@@ -222,16 +226,27 @@ macro_rules! cgemm_tiles {
                 layout_tile(stringify!($t_kk), Family::Tensor, 16 * $mt, 8 * $nt, [true, true],
                     Some(mma_tile([$wr, $wc, $mt, $nt, $kb], $one, $gauss))),
             )*
+            $(
+                layout_tile(stringify!($r_mn), Family::Tensor, 16 * $r_mt, 8 * $r_nt, [false, false],
+                    Some(ring_tile([$r_wr, $r_wc, $r_mt, $r_nt, $r_kb], $r_gauss, $r_stages))),
+                layout_tile(stringify!($r_mk), Family::Tensor, 16 * $r_mt, 8 * $r_nt, [false, true],
+                    Some(ring_tile([$r_wr, $r_wc, $r_mt, $r_nt, $r_kb], $r_gauss, $r_stages))),
+                layout_tile(stringify!($r_kn), Family::Tensor, 16 * $r_mt, 8 * $r_nt, [true, false],
+                    Some(ring_tile([$r_wr, $r_wc, $r_mt, $r_nt, $r_kb], $r_gauss, $r_stages))),
+                layout_tile(stringify!($r_kk), Family::Tensor, 16 * $r_mt, 8 * $r_nt, [true, true],
+                    Some(ring_tile([$r_wr, $r_wc, $r_mt, $r_nt, $r_kb], $r_gauss, $r_stages))),
+            )*
         ];
 
         #[cfg(target_arch = "nvptx64")]
         mod entry {
             use super::kernel::*;
-            use super::tensor::device::tensor;
+            use super::tensor::device::{tensor, tensor_ring};
             $(cgemm_tiles!(@entry $name, $kernel);)*
             $(cgemm_tiles!(@entry $w_name, whole::<$w_tm, $w_tn, $w_threads, $w_pairs, $w_bulk>);)*
             $(cgemm_tiles!(@layouts [$l_mn, $l_mk, $l_kn, $l_kk], large, [$l_tm, $l_tn]);)*
             $(cgemm_tiles!(@layouts [$t_mn, $t_mk, $t_kn, $t_kk], tensor, [$wr, $wc, $mt, $nt, $kb, $one, $gauss]);)*
+            $(cgemm_tiles!(@ring [$r_mn, $r_mk, $r_kn, $r_kk], [$r_wr, $r_wc, $r_mt, $r_nt, $r_kb, $r_gauss], $r_stages);)*
         }
     };
     (@layouts [$mn:ident, $mk:ident, $kn:ident, $kk:ident], $kernel:ident, [$($g:literal),*]) => {
@@ -239,6 +254,12 @@ macro_rules! cgemm_tiles {
         cgemm_tiles!(@entry $mk, $kernel::<$($g,)* false, true>);
         cgemm_tiles!(@entry $kn, $kernel::<$($g,)* true, false>);
         cgemm_tiles!(@entry $kk, $kernel::<$($g,)* true, true>);
+    };
+    (@ring [$mn:ident, $mk:ident, $kn:ident, $kk:ident], [$($g:literal),*], $stages:literal) => {
+        cgemm_tiles!(@entry $mn, tensor_ring::<$($g,)* false, false, $stages>);
+        cgemm_tiles!(@entry $mk, tensor_ring::<$($g,)* false, true, $stages>);
+        cgemm_tiles!(@entry $kn, tensor_ring::<$($g,)* true, false, $stages>);
+        cgemm_tiles!(@entry $kk, tensor_ring::<$($g,)* true, true, $stages>);
     };
     (@entry $name:ident, $kernel:path) => {
         #[unsafe(no_mangle)]
@@ -315,13 +336,24 @@ cgemm_tiles!(
         ([cgemm_tc3m_16x16_k16_mn, cgemm_tc3m_16x16_k16_mk, cgemm_tc3m_16x16_k16_kn, cgemm_tc3m_16x16_k16_kk], 1, 2, 1, 1, 16, true, true),
         ([cgemm_tc3m_32x32_k32_mn, cgemm_tc3m_32x32_k32_mk, cgemm_tc3m_32x32_k32_kn, cgemm_tc3m_32x32_k32_kk], 2, 2, 1, 2, 32, true, true),
     ],
+    // One-chunk tiles fed by a producer warp's bulk copies through a ring ([`MmaTile::ring`]):
+    // warps, m16n8 tiles per warp and k as for `tensor`, Gauss's products, stages (2, 3 and 4
+    // of 18 KB: 6, 4 and 3 blocks per SM). Not chosen by the heuristic yet.
+    ring: [
+        ([cgemm_tc_32x32_k32_r2_mn, cgemm_tc_32x32_k32_r2_mk, cgemm_tc_32x32_k32_r2_kn, cgemm_tc_32x32_k32_r2_kk], 2, 2, 1, 2, 32, false, 2),
+        ([cgemm_tc_32x32_k32_r3_mn, cgemm_tc_32x32_k32_r3_mk, cgemm_tc_32x32_k32_r3_kn, cgemm_tc_32x32_k32_r3_kk], 2, 2, 1, 2, 32, false, 3),
+        ([cgemm_tc_32x32_k32_r4_mn, cgemm_tc_32x32_k32_r4_mk, cgemm_tc_32x32_k32_r4_kn, cgemm_tc_32x32_k32_r4_kk], 2, 2, 1, 2, 32, false, 4),
+    ],
 );
 
-/// A `Tensor` variant's [`MmaTile`]: warps along rows and columns, m16n8 tiles per warp along
-/// each and k per chunk; all of k in one chunk; Gauss's three products.
-const fn mma_tile([warp_rows, warp_cols, m_tiles, n_tiles, bk]: [u32; 5], one_chunk: bool, gauss: bool) -> MmaTile {
-    let products = if gauss { Products::Gauss } else { Products::Four };
-    MmaTile { warp_rows, warp_cols, m_tiles, n_tiles, bk, one_chunk, products }
+/// A `Tensor` variant's [`MmaTile`] (see [`MmaTile::new`]), without a ring.
+const fn mma_tile(tile: [u32; 5], one_chunk: bool, gauss: bool) -> MmaTile {
+    MmaTile::new(tile, one_chunk, gauss, 0)
+}
+
+/// A one-chunk `Tensor` variant fed through a ring of `stages` ([`MmaTile::ring`]).
+const fn ring_tile(tile: [u32; 5], gauss: bool, stages: u32) -> MmaTile {
+    MmaTile::new(tile, true, gauss, stages)
 }
 
 /// A `Large` or `Tensor` variant compiled for the stored layouts `kc`.
@@ -337,7 +369,8 @@ const fn layout_tile(
 }
 
 /// The variant of `family` with a `tm x tn` register tile (for `Large` and `Tensor`, compiled
-/// for the stored layouts `k_contiguous`; `Whole` copying by `cp.async`), if the PTX has it.
+/// for the stored layouts `k_contiguous`; `Whole` copying by `cp.async`, `Tensor` without a
+/// ring), if the PTX has it.
 pub fn cgemm_tile(family: Family, tm: u32, tn: u32, k_contiguous: [bool; 2]) -> Option<&'static CgemmTile> {
     CGEMM_TILES.iter().find(|t| {
         t.family == family
@@ -345,6 +378,7 @@ pub fn cgemm_tile(family: Family, tm: u32, tn: u32, k_contiguous: [bool; 2]) -> 
             && t.tn == tn
             && t.k_contiguous.is_none_or(|kc| kc == k_contiguous)
             && t.whole.is_none_or(|w| !w.bulk)
+            && t.mma.is_none_or(|mma| mma.ring == 0)
     })
 }
 
@@ -423,7 +457,7 @@ pub struct CgemmShape {
     pub thread_cols: u32,
     /// Chunks of k a block's shared memory holds at once: `Large` two, `Tensor` up to
     /// [`tensor::STAGES`] (no more than the problem has: a short k leaves room for more blocks
-    /// per SM), the others one.
+    /// per SM) or its ring's items ([`MmaTile::ring`]), the others one.
     pub stages: u32,
 }
 
@@ -583,7 +617,13 @@ impl CgemmShape {
             per_block: 1,
             thread_rows: mma.warp_rows,
             thread_cols: mma.warp_cols,
-            stages: if mma.one_chunk { 1 } else { max(min(chunks, tensor::STAGES), 1) },
+            stages: if mma.ring > 0 {
+                mma.ring
+            } else if mma.one_chunk {
+                1
+            } else {
+                max(min(chunks, tensor::STAGES), 1)
+            },
         }
     }
 
@@ -636,7 +676,8 @@ impl CgemmShape {
             // Every Tensor tile has its MmaTile (CGEMM_TILES is constant, and tested).
             Family::Tensor => {
                 return match (self.tile.mma, self.tile.k_contiguous) {
-                    (Some(mma), Some(kc)) => 8 * self.stages * mma.stage_slots(kc),
+                    // A ring's two mbarriers per stage after the stages.
+                    (Some(mma), Some(kc)) => 8 * self.stages * mma.stage_slots(kc) + 16 * mma.ring,
                     _ => 0,
                 };
             }

@@ -125,6 +125,26 @@ pub fn mbarrier_arrive_expect_tx(bar: u32, bytes: u32) {
     };
 }
 
+/// Arrives on `bar` once, releasing this thread's earlier accesses to whoever waits on the
+/// phase this arrival completes (sm_80 and later).
+#[inline(always)]
+pub fn mbarrier_arrive(bar: u32) {
+    unsafe { asm!("mbarrier.arrive.shared::cta.b64 _, [{b}];", b = in(reg32) bar, options(nostack)) };
+}
+
+/// Waits until every lane of the warp has reached it, ordering their memory accesses
+/// (`bar.warp.sync`, all lanes).
+#[inline(always)]
+pub fn sync_warp() {
+    unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
+}
+
+/// Stops the kernel with an error the host sees (`trap`): for paths the host never takes.
+#[inline(always)]
+pub fn trap() -> ! {
+    unsafe { asm!("trap;", options(noreturn, nostack)) }
+}
+
 /// Starts a bulk copy (the copy engine, sm_90, PTX 8.0) of `bytes` (a multiple of 16) from
 /// `global_addr` to `smem_addr` (both 16-byte aligned) that completes `bytes` of `bar`'s phase.
 #[inline(always)]

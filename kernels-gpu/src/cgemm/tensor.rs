@@ -56,6 +56,13 @@ pub struct MmaTile {
     pub one_chunk: bool,
     /// The real products behind each complex one.
     pub products: Products,
+    /// Stages of a persistent block's ring (0: none). With a ring (one-chunk tiles, sm_90 only)
+    /// the block walks its items grid-stride: one more warp, the producer, fills each stage by
+    /// bulk copies of whole stored lines that complete on the stage's `full` mbarrier, while
+    /// the other warps only multiply and free the stage on its `empty` one. The copies cost the
+    /// multiplying warps no registers and no issue slots; bulk copies cannot fill zeros, so the
+    /// host gives these tiles only interior items whose lines start 16-byte aligned.
+    pub ring: u32,
 }
 
 /// The real products behind a complex one, `a·b`, in a `Tensor` variant (each three `mma`).
@@ -73,8 +80,26 @@ pub enum Products {
 }
 
 impl MmaTile {
+    /// Warps along rows and columns, m16n8 tiles per warp along each, k per chunk; all of k in
+    /// one chunk; Gauss's three products; stages of a ring (0: none).
+    pub const fn new(
+        [warp_rows, warp_cols, m_tiles, n_tiles, bk]: [u32; 5],
+        one_chunk: bool,
+        gauss: bool,
+        ring: u32,
+    ) -> MmaTile {
+        let products = if gauss { Products::Gauss } else { Products::Four };
+        MmaTile { warp_rows, warp_cols, m_tiles, n_tiles, bk, one_chunk, products, ring }
+    }
+
+    /// Threads that multiply: the warps of the tile.
     pub const fn threads(&self) -> u32 {
         32 * self.warp_rows * self.warp_cols
+    }
+
+    /// Threads per block: the multiplying warps and, with a ring, the producer warp.
+    pub const fn block_threads(&self) -> u32 {
+        self.threads() + if self.ring > 0 { 32 } else { 0 }
     }
 
     /// Complex rows and columns of C per block.
@@ -121,6 +146,38 @@ impl MmaTile {
     /// A stage's slots for the stored layouts `[A, B]` (k contiguous in each).
     pub const fn stage_slots(&self, [a_kc, b_kc]: [bool; 2]) -> u32 {
         self.a_slots(a_kc) + self.b_slots(b_kc)
+    }
+
+    /// Stored lines of an operand's chunk, each one bulk copy of a ring tile: A's rows (B's
+    /// columns) where k is contiguous (`kc`), else its `bk` lines along the extent.
+    pub const fn ring_lines(&self, is_a: bool, kc: bool) -> u32 {
+        if kc { if is_a { self.bm() } else { self.bn() } } else { self.bk }
+    }
+
+    /// Bytes of one stored line of an operand's chunk.
+    pub const fn ring_line_bytes(&self, is_a: bool, kc: bool) -> u32 {
+        8 * if kc {
+            self.bk
+        } else if is_a {
+            self.bm()
+        } else {
+            self.bn()
+        }
+    }
+
+    /// Bytes a ring stage's bulk copies bring: both operands' chunks, without the padding.
+    pub const fn ring_stage_bytes(&self) -> u32 {
+        8 * self.bk * (self.bm() + self.bn())
+    }
+
+    /// Line `line` of an operand's chunk (`kc`: k contiguous; `[AK, BK]` the stored layouts):
+    /// its first element, `(index, l)` (A's row or B's column in the tile, and k), and the slot
+    /// it starts at in a stage. The padded pitch keeps every line's start 16-byte aligned.
+    #[inline(always)]
+    pub const fn ring_line(&self, line: u32, is_a: bool, kc: [bool; 2]) -> ((u32, u32), u32) {
+        let first = if kc[!is_a as usize] { (line, 0) } else { (0, line) };
+        let slot = if is_a { self.a_slot(first.0, first.1, kc[0]) } else { self.b_slot(first.1, first.0, kc) };
+        (first, slot)
     }
 
     /// Copies per thread per chunk of an operand, of single elements or of `pairs` (the tiles
@@ -198,6 +255,41 @@ impl MmaTile {
         let (g, t) = (lane / 4, lane % 4);
         let (wr, wc) = self.warp_place(warp);
         (wr * self.m_tiles * 16 + i * 16 + g + 8 * (e >> 1), wc * self.n_tiles * 8 + j * 8 + 2 * t + (e & 1))
+    }
+}
+
+/// Where a ring tile's block is in its ring: the stage of its current item and the parity of
+/// the mbarrier phases that item waits for (stage `s` of the `n`-th item is `n mod stages`,
+/// parity `(n / stages) mod 2`). The producer waits for the opposite parity on `empty`: a
+/// fresh mbarrier counts the phase before its first as complete, so the first round of stages
+/// is free.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingSlot {
+    pub stage: u32,
+    pub parity: u32,
+}
+
+impl RingSlot {
+    /// The parity the multiplying warps wait for on the stage's `full` mbarrier.
+    #[inline(always)]
+    pub const fn filled(self) -> u32 {
+        self.parity
+    }
+
+    /// The parity the producer waits for on the stage's `empty` mbarrier before refilling it.
+    #[inline(always)]
+    pub const fn freed(self) -> u32 {
+        self.parity ^ 1
+    }
+
+    /// The slot of the block's next item.
+    #[inline(always)]
+    pub const fn next(self, stages: u32) -> RingSlot {
+        if self.stage + 1 == stages {
+            RingSlot { stage: 0, parity: self.parity ^ 1 }
+        } else {
+            RingSlot { stage: self.stage + 1, parity: self.parity }
+        }
     }
 }
 
@@ -297,8 +389,8 @@ impl CgemmParams {
 #[cfg(target_arch = "nvptx64")]
 pub(super) mod device {
     use super::super::kernel::epilogue_at;
-    use super::super::{CgemmParams, Complex32, Op};
-    use super::{MmaTile, Products, STAGES, split_tf32};
+    use super::super::{BlockCoords, CgemmParams, Complex32, Op};
+    use super::{MmaTile, RingSlot, STAGES, split_tf32};
     use crate::prelude::*;
 
     const SIGN: u32 = 0x8000_0000;
@@ -516,15 +608,7 @@ pub(super) mod device {
     >(
         p: &CgemmParams,
     ) {
-        let t = MmaTile {
-            warp_rows: WR as u32,
-            warp_cols: WC as u32,
-            m_tiles: MT as u32,
-            n_tiles: NT as u32,
-            bk: KB as u32,
-            one_chunk: ONE,
-            products: if GAUSS { Products::Gauss } else { Products::Four },
-        };
+        let t = MmaTile::new([WR as u32, WC as u32, MT as u32, NT as u32, KB as u32], ONE, GAUSS, 0);
         let item = block_idx_x();
         if item >= p.items {
             return;
@@ -624,6 +708,22 @@ pub(super) mod device {
             acc
         };
 
+        store(p, t, at, (lane, warp), c, &acc);
+    }
+
+    /// A warp's outputs of the tile at `at`, `[re, im]` accumulators, through the epilogue into
+    /// C (at `c`): per store, 8 lanes write 64 contiguous bytes of a column.
+    // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn store<const MT: usize, const NT: usize>(
+        p: &CgemmParams,
+        t: MmaTile,
+        at: BlockCoords,
+        (lane, warp): (u32, u32),
+        c: u64,
+        acc: &[Sums<MT, NT>; 2],
+    ) {
         let c_matrix = c + 8 * (p.batch_base + at.first as u64) * p.stride_c;
         for i in 0..MT {
             for j in 0..NT {
@@ -637,6 +737,108 @@ pub(super) mod device {
                     }
                 }
             }
+        }
+    }
+
+    /// A one-chunk tile's items through a ring of `RING` stages ([`MmaTile::ring`]): the
+    /// block's last warp copies, the others multiply. Each stage has two mbarriers after the
+    /// stages: `full` (one arrival, the producer's, and the bulk copies' bytes) and `empty` (one
+    /// arrival per multiplying thread, after its last read of the stage).
+    ///
+    /// # Safety
+    /// As [`tensor`]'s, on an sm_90 GPU, for items whose tiles lie inside their matrices with
+    /// `k = KB`, both operands' lines starting 16-byte aligned (the host's `shape`), and
+    /// [`MmaTile::block_threads`] threads.
+    pub unsafe fn tensor_ring<
+        const WR: usize,
+        const WC: usize,
+        const MT: usize,
+        const NT: usize,
+        const KB: usize,
+        const GAUSS: bool,
+        const AK: bool,
+        const BK: bool,
+        const RING: u32,
+    >(
+        p: &CgemmParams,
+    ) {
+        // Bulk copies and `expect_tx` are sm_90's; the host launches these tiles nowhere else.
+        if !cfg!(target_feature = "sm_90") {
+            trap();
+        }
+        let t = MmaTile::new([WR as u32, WC as u32, MT as u32, NT as u32, KB as u32], true, GAUSS, RING);
+        if block_idx_x() >= p.items {
+            return;
+        }
+        let thread = thread_idx_x();
+        let (lane, warp) = (thread % 32, thread / 32);
+        let smem = smem_base();
+        let stage_bytes = 8 * t.stage_slots([AK, BK]);
+        let full = smem + RING * stage_bytes;
+        let empty = full + 8 * RING;
+        if thread == 0 {
+            for s in 0..RING {
+                mbarrier_init(full + 8 * s, 1);
+                mbarrier_init(empty + 8 * s, t.threads());
+            }
+            fence_mbarrier_init();
+        }
+        sync_threads();
+
+        let mut slot = RingSlot::default();
+        let mut item = block_idx_x();
+        if warp == WR as u32 * WC as u32 {
+            // The producer: each lane copies every 32nd line, lane 0 first raises the stage's
+            // expected bytes.
+            let (a, b) = (to_global(p.a), to_global(p.b));
+            while item < p.items {
+                mbarrier_wait_parity(empty + 8 * slot.stage, slot.freed());
+                let bar = full + 8 * slot.stage;
+                if lane == 0 {
+                    mbarrier_arrive_expect_tx(bar, t.ring_stage_bytes());
+                }
+                sync_warp();
+                let at = p.item_coords(item);
+                let stage = smem + slot.stage * stage_bytes;
+                let operand = #[inline(always)]
+                |is_a: bool, base: u64, kc: bool| {
+                    let mut line = lane;
+                    while line < t.ring_lines(is_a, kc) {
+                        let (first, at_slot) = t.ring_line(line, is_a, [AK, BK]);
+                        // The tile lies inside its matrix and k: the first element exists.
+                        let source = p.tensor_copies(is_a, kc, base, at, first).source(kc, (0, 0), 0).unwrap_or(base);
+                        cp_async_bulk(stage + 8 * at_slot, source, t.ring_line_bytes(is_a, kc), bar);
+                        line += 32;
+                    }
+                };
+                operand(true, a, AK);
+                operand(false, b, BK);
+                slot = slot.next(RING);
+                item += grid_dim_x();
+            }
+            return;
+        }
+
+        let conj = |op: u32| if op == Op::C as u32 { SIGN } else { 0 };
+        let (conj_a, conj_b) = (conj(p.op_a), conj(p.op_b));
+        let c = to_global(p.c);
+        while item < p.items {
+            let at = p.item_coords(item);
+            mbarrier_wait_parity(full + 8 * slot.stage, slot.filled());
+            let mut sums = [[[[0.0f32; 4]; NT]; MT]; 3];
+            multiply::<MT, NT, AK, BK, GAUSS>(
+                t,
+                smem + slot.stage * stage_bytes,
+                (lane, warp),
+                (conj_a, conj_b),
+                &mut sums,
+            );
+            // The fragments are in registers: the producer may refill the stage while this warp
+            // stores its outputs.
+            mbarrier_arrive(empty + 8 * slot.stage);
+            store(p, t, at, (lane, warp), c, &parts::<MT, NT, GAUSS>(&sums));
+            slot = slot.next(RING);
+            item += grid_dim_x();
         }
     }
 }
