@@ -825,6 +825,10 @@ pub(super) mod device {
         while item < p.items {
             let at = p.item_coords(item);
             mbarrier_wait_parity(full + 8 * slot.stage, slot.filled());
+            // The lane's fragment offsets formed anew per item: hoisted out of the loop they
+            // held a dozen registers across it (76 against the one-item tile's 63).
+            let thread = thread_idx_x_each_time();
+            let (lane, warp) = (thread % 32, thread / 32);
             let mut sums = [[[[0.0f32; 4]; NT]; MT]; 3];
             multiply::<MT, NT, AK, BK, GAUSS>(
                 t,
