@@ -353,8 +353,8 @@ pub fn shape(g: &BatchedGemm, tile: &CgemmTile) -> Option<CgemmShape> {
             .mma
             .filter(|mma| tile.k_contiguous == Some(k_contiguous(&cm)) && (!mma.one_chunk || k <= mma.bk))
             .filter(|mma| {
-                let even = [cm.lda, cm.ldb, cm.stride_a, cm.stride_b].iter().all(|v| v.is_multiple_of(2));
-                mma.ring == 0 || (m.is_multiple_of(mma.bm()) && n.is_multiple_of(mma.bn()) && k == mma.bk && even)
+                let even = || [cm.lda, cm.ldb, cm.stride_a, cm.stride_b].iter().all(|v| v.is_multiple_of(2));
+                !tile.has_ring() || (m.is_multiple_of(mma.bm()) && n.is_multiple_of(mma.bn()) && k == mma.bk && even())
             })
             .map(|mma| CgemmShape::tensor(*tile, mma, k)),
         Family::Whole => {
@@ -472,7 +472,7 @@ pub fn cgemm_with_tile(
                 let reason = match tile.family {
                     Family::Whole => "the Whole variants copy operands with 16-byte loads",
                     Family::Register => "the Register variant loads its matrices with 16-byte loads",
-                    _ if align == 16 => "the Tensor ring variants copy operands' lines by 16-byte bulk copies",
+                    _ if tile.has_ring() => "the Tensor ring variants copy operands' lines by 16-byte bulk copies",
                     _ => "the Tensor variants copy whole complex elements with cp.async",
                 };
                 return Err(Error::Misaligned { buffer, align: align as usize, reason });
@@ -546,7 +546,7 @@ pub fn cgemm_planar_with_tile<P: DevicePtr<f32>, Q: DevicePtrMut<f32>>(
 fn alignment(tile: &CgemmTile, buffer: &str) -> u64 {
     match tile.family {
         Family::Whole if buffer != "c" => 16,
-        Family::Tensor if buffer != "c" && tile.mma.is_some_and(|mma| mma.ring > 0) => 16,
+        Family::Tensor if buffer != "c" && tile.has_ring() => 16,
         Family::Tensor => 8,
         Family::Register => 16,
         Family::Whole | Family::Tiled | Family::Large | Family::Element | Family::Dot | Family::Pointwise => 1,
@@ -679,12 +679,11 @@ fn launch(
         if g.layout == Layout::RowMajor { ((b, a), [lengths[1], lengths[0]]) } else { ((a, b), lengths) };
     let shape =
         shape(g, tile).ok_or_else(|| Error::invalid("tile", format!("{} does not compute this problem", tile.name)))?;
-    let ring = tile.mma.is_some_and(|mma| mma.ring > 0);
-    if ring && gpu.arch() < 90 {
+    if tile.has_ring() && gpu.arch() < 90 {
         return Err(Error::UnsupportedTile { tile: tile.name, reason: "its bulk copies need an sm_90 GPU" });
     }
     // Whole and ring blocks walk their items grid-stride: as many as the SMs hold at once.
-    let resident = if tile.family == Family::Whole || ring {
+    let resident = if tile.family == Family::Whole || tile.has_ring() {
         gpu.resident_blocks(tile.name, tile.threads(), shape.smem_bytes())?.max(1) * gpu.sm_count()
     } else {
         u32::MAX

@@ -171,6 +171,11 @@ impl CgemmTile {
         matches!(self.family, Family::Tiled | Family::Element | Family::Dot | Family::Pointwise)
     }
 
+    /// Whether the variant is a `Tensor` tile fed through a producer's ring ([`MmaTile::ring`]).
+    pub const fn has_ring(&self) -> bool {
+        matches!(self.mma, Some(mma) if mma.ring > 0)
+    }
+
     /// Threads per block.
     pub const fn threads(&self) -> u32 {
         match (self.mma, self.whole, self.family) {
@@ -378,7 +383,7 @@ pub fn cgemm_tile(family: Family, tm: u32, tn: u32, k_contiguous: [bool; 2]) -> 
             && t.tn == tn
             && t.k_contiguous.is_none_or(|kc| kc == k_contiguous)
             && t.whole.is_none_or(|w| !w.bulk)
-            && t.mma.is_none_or(|mma| mma.ring == 0)
+            && !t.has_ring()
     })
 }
 
