@@ -1,7 +1,12 @@
-//! A CUDA device, its default stream and the embedded PTX module that matches its
-//! architecture. Kernels are looked up by name; this module knows no algorithm.
+//! A CUDA device, its default stream and the embedded module that matches its architecture
+//! (a cubin built for exactly it where the build has one, else PTX). Kernels are looked up by
+//! name; this module knows no algorithm.
 
-use crate::{Error, Result, error::Context, ptx::PTX_MODULES};
+use crate::{
+    Error, Result,
+    error::Context,
+    ptx::{CUBIN_MODULES, PTX_MODULES},
+};
 use bytemuck::AnyBitPattern;
 use cudarc::{
     driver::{
@@ -42,6 +47,7 @@ pub struct Gpu {
     resident: Mutex<HashMap<(&'static str, u32, u32), u32>>,
     arch: u32,
     ptx_arch: u32,
+    module_kind: ModuleKind,
     sm_count: u32,
     /// Shared memory one block may opt in to, in bytes.
     smem_optin: i32,
@@ -68,7 +74,13 @@ impl Gpu {
         let (major, minor) = ctx.compute_capability().during("cuDeviceGetAttribute(compute capability)")?;
         let arch = (major * 10 + minor) as u32;
         let (ptx_arch, ptx) = pick_ptx(arch, PTX_MODULES)?;
-        let module = ctx.load_module(Ptx::from_src(ptx)).during("cuModuleLoadData")?;
+        // A cubin the driver refuses (one from a newer ptxas than the driver knows) leaves
+        // the PTX, which any driver as new as its ISA version JIT-compiles.
+        let cubin = CUBIN_MODULES.iter().find(|(cc, _)| *cc == arch);
+        let (module, module_kind) = match cubin.map(|(_, image)| ctx.load_module(Ptx::from_binary(image.to_vec()))) {
+            Some(Ok(module)) => (module, ModuleKind::Cubin),
+            _ => (ctx.load_module(Ptx::from_src(ptx)).during("cuModuleLoadData")?, ModuleKind::Ptx),
+        };
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .during("cuDeviceGetAttribute(multiprocessor count)")? as u32;
@@ -84,6 +96,7 @@ impl Gpu {
             resident: Mutex::default(),
             arch,
             ptx_arch,
+            module_kind,
             sm_count,
             smem_optin,
         })
@@ -106,6 +119,11 @@ impl Gpu {
     /// The architecture of the PTX module in use (at most [`Gpu::arch`]).
     pub fn ptx_arch(&self) -> u32 {
         self.ptx_arch
+    }
+
+    /// Whether the kernels run from a cubin or from PTX the driver compiled.
+    pub fn module_kind(&self) -> ModuleKind {
+        self.module_kind
     }
 
     pub fn sm_count(&self) -> u32 {
@@ -282,6 +300,15 @@ impl Gpu {
         self.stream.synchronize().during("cuStreamSynchronize")?;
         self.check_deferred()
     }
+}
+
+/// What the loaded kernels came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleKind {
+    /// Machine code for the device's architecture, assembled at build time (`CONVKIT_PTXAS`).
+    Cubin,
+    /// PTX, JIT-compiled by the driver at load time (or taken from its compute cache).
+    Ptx,
 }
 
 /// The module for compute capability `arch`: the newest built for `arch` or older (PTX is

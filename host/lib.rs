@@ -35,10 +35,11 @@ pub mod timing;
 
 pub use conv::{depthwise, direct};
 pub use error::{Error, Result};
-pub use gpu::{Gpu, pick_ptx};
+pub use gpu::{Gpu, ModuleKind, pick_ptx};
 pub use problem::{Conv2d, ConvGeometry, TensorLayout};
 
-/// The PTX modules built by `build.rs`, one per architecture in `CONVKIT_CUDA_ARCH`.
+/// The PTX modules built by `build.rs`, one per architecture in `CONVKIT_CUDA_ARCH`, and their
+/// cubins where the build was given `CONVKIT_PTXAS`.
 pub mod ptx {
     include!(concat!(env!("OUT_DIR"), "/ptx.rs"));
 }

@@ -2,7 +2,7 @@
 //! clocks, the driver, and which cuDNN was loaded from which file.
 
 use super::nvml::{GpuState, Nvml};
-use crate::{Gpu, Result, conv::cudnn};
+use crate::{Gpu, ModuleKind, Result, conv::cudnn};
 use serde::Serialize;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -20,6 +20,8 @@ pub struct RunInfo {
     pub gpu: String,
     pub compute_capability: u32,
     pub sm_count: u32,
+    /// What the kernels were loaded from, e.g. `sm_90 cubin` or `sm_90 PTX (JIT)`.
+    pub kernels: String,
     pub pci_bus_id: String,
     /// NVIDIA driver version (NVML), e.g. `580.159.04`.
     pub driver: Option<String>,
@@ -49,6 +51,10 @@ impl RunInfo {
             gpu: gpu.name()?,
             compute_capability: gpu.arch(),
             sm_count: gpu.sm_count(),
+            kernels: match gpu.module_kind() {
+                ModuleKind::Cubin => format!("sm_{} cubin", gpu.arch()),
+                ModuleKind::Ptx => format!("sm_{} PTX (JIT)", gpu.ptx_arch()),
+            },
             pci_bus_id,
             driver: nvml.as_ref().and_then(Nvml::driver_version),
             cuda: format!("{}.{}", cuda / 1000, cuda % 1000 / 10),
@@ -91,13 +97,14 @@ impl RunInfo {
             ),
             format!("command: {}", self.command),
             format!(
-                "GPU: {} (sm_{}, {} SMs, {}), driver {} (CUDA {})",
+                "GPU: {} (sm_{}, {} SMs, {}), driver {} (CUDA {}), kernels from {}",
                 self.gpu,
                 self.compute_capability,
                 self.sm_count,
                 self.pci_bus_id,
                 self.driver.as_deref().unwrap_or("?"),
-                self.cuda
+                self.cuda,
+                self.kernels
             ),
             match &self.gpu_at_end {
                 Some(_) => {
