@@ -4,7 +4,7 @@
 
 use convkit::timing::{DeviceQueue, GpuQueue, Samples, time_round};
 use convkit::{
-    Conv2d, Error, Gpu, TensorLayout,
+    Conv2d, Error, Gpu, ModuleKind, TensorLayout,
     cgemm::{self as cgemm_api, BatchedGemm, Complex32, Layout, Op, Products},
     conv::cudnn::{
         self, MathClass,
@@ -20,6 +20,7 @@ use convkit::{
         cublas::{Cublas, CublasGemm, CublasLtPlan},
         reference,
     },
+    ptx::CUBIN_MODULES,
 };
 use cudarc::driver::{CudaSlice, CudaViewMut};
 use kernels_gpu::{conv::depthwise::DepthwiseProgram, random::mix, verify::Tolerance};
@@ -61,6 +62,17 @@ fn inputs(gpu: &Gpu, conv: &Conv2d, seed: u64) -> (Vec<f32>, Vec<f32>, CudaSlice
 /// Random cases per run; `CONVKIT_GPU_CASES` lowers it under compute-sanitizer.
 fn case_count() -> usize {
     std::env::var("CONVKIT_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(240)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_embedded_cubin_runs_where_the_build_has_one_for_this_gpu() {
+    let gpu = gpu();
+    let built = CUBIN_MODULES.iter().any(|(cc, _)| *cc == gpu.arch());
+    let expected = if built { ModuleKind::Cubin } else { ModuleKind::Ptx };
+    // A cubin the driver refused would leave the PTX silently; this is where that shows.
+    let cubins: Vec<u32> = CUBIN_MODULES.iter().map(|(cc, _)| *cc).collect();
+    assert_eq!(gpu.module_kind(), expected, "sm_{} with cubins for {cubins:?}", gpu.arch());
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! `ptxas` comes from `$PTXAS`, else `.tools/ptxas` (installed by scripts/setup), else PATH.
 //! It is required: without it this test fails rather than skip.
 
-use convkit::ptx::PTX_MODULES;
+use convkit::ptx::{CUBIN_MODULES, PTX_MODULES};
 use kernels_gpu::{
     cgemm::{CGEMM_TILES, CgemmParams},
     conv::{
@@ -162,5 +162,23 @@ fn magic_division_uses_a_32_bit_multiply_high() {
         assert!(ptx.contains("mul.hi.u32"), "sm_{cc}: no mul.hi.u32 in the PTX");
         // The unpacking of blockIdx.z must not widen to a 64-bit multiply-high.
         assert!(!ptx.contains("mul.hi.u64") && !ptx.contains("mul.hi.s64"), "sm_{cc}: 64-bit multiply-high");
+    }
+}
+
+/// A build given `CONVKIT_PTXAS` embeds one cubin per PTX module, an sm_NN CUDA ELF for the
+/// module's architecture; a build without embeds none.
+#[test]
+fn cubins_are_embedded_exactly_where_the_build_had_ptxas() {
+    let cubins: Vec<u32> = CUBIN_MODULES.iter().map(|(cc, _)| *cc).collect();
+    if option_env!("CONVKIT_PTXAS").is_none_or(str::is_empty) {
+        assert_eq!(cubins, Vec::<u32>::new(), "no ptxas, no cubins");
+        return;
+    }
+    assert_eq!(cubins, PTX_MODULES.iter().map(|(cc, _)| *cc).collect::<Vec<_>>());
+    for (cc, image) in CUBIN_MODULES {
+        assert_eq!(&image[..5], b"\x7fELF\x02", "sm_{cc}: a 64-bit ELF");
+        assert_eq!(u16::from_le_bytes([image[18], image[19]]), 190, "sm_{cc}: e_machine EM_CUDA");
+        let flags = u32::from_le_bytes(image[48..52].try_into().unwrap());
+        assert_eq!((flags >> 8) & 0xff, *cc, "sm_{cc}: the architecture in e_flags");
     }
 }
