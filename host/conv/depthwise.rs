@@ -81,9 +81,6 @@ pub fn unsupported(conv: &Conv2d, tile: &DepthwiseTile) -> Option<&'static str> 
                     "the planes variants take maps of at most 64 threads of outputs per plane, 4 planes in 64 KB of shared memory and 2^31 elements in all",
                 );
             }
-            if tile.full_height && conv.geometry().is_ok_and(|g| g.out_h > tile.tile_h as usize) {
-                return Some("the full-height planes variants take outputs no higher than their rows per thread");
-            }
         }
         if tile.program == DepthwiseProgram::Rows {
             let lane = (ROW_PX * tile.stride) as usize;

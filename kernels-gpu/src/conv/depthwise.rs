@@ -127,10 +127,6 @@ pub struct DepthwiseTile {
     /// Adjacent channels per thread (`Channels`: one load of `4·lane_channels` bytes per pixel);
     /// 1 for the NCHW programs.
     pub lane_channels: u32,
-    /// `Planes` only: the variant covers the whole output height (`tile_h` rows or fewer), so
-    /// every thread's rows outside the map are the same and are branched around instead of
-    /// multiplied by zeros. False for the other programs.
-    pub full_height: bool,
 }
 
 impl DepthwiseTile {
@@ -287,7 +283,6 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
         tile_h: TH as u32,
         tile_w: TW as u32,
         lane_channels: 1,
-        full_height: false,
     };
     let (tile_row, tile_col) = p.tiles_w.div_rem(tile_index);
     let first_plane = plane_group * t.planes_per_block();
@@ -516,7 +511,7 @@ macro_rules! depthwise_fwd_variants {
         tiles: [$(($name:ident, $k:literal, $st:literal, $m:literal, $th:literal, $tw:literal)),* $(,)?],
         rows: [$(($r_name:ident, $r_m:literal, [$r_k:literal, $r_h:literal, $r_st:literal, $r_n:literal, $r_r:literal, $r_s:literal, $r_d:literal, $r_pin:literal])),* $(,)?],
         channels: [$(($c_name:ident, [$c_k:literal, $c_st:literal, $c_s:literal, $c_u:literal, $c_v:literal, $c_tw:literal, $c_w:literal, $c_pin:literal, $c_in:literal])),* $(,)?],
-        planes: [$(($p_name:ident, [$p_k:literal, $p_st:literal, $p_m:literal, $p_ry:literal, $p_win:literal, $p_ir:literal, $p_full:literal])),* $(,)?] $(,)?
+        planes: [$(($p_name:ident, [$p_k:literal, $p_st:literal, $p_m:literal, $p_ry:literal, $p_win:literal, $p_ir:literal])),* $(,)?] $(,)?
     ) => {
         /// Every variant in the PTX, by entry-point name.
         pub const DEPTHWISE_FWD_VARIANTS: &[DepthwiseTile] = &[
@@ -525,20 +520,20 @@ macro_rules! depthwise_fwd_variants {
                 entries: super::epilogue::ModeEntries {
                     plain: stringify!($name), clamp: stringify!($name), smooth: stringify!($name),
                 },
-                filter: $k, stride: $st, multiplier: $m, tile_h: $th, tile_w: $tw, lane_channels: 1, full_height: false,
+                filter: $k, stride: $st, multiplier: $m, tile_h: $th, tile_w: $tw, lane_channels: 1,
             },)*
             $(DepthwiseTile {
                 name: stringify!($r_name), program: DepthwiseProgram::Rows, entries: crate::mode_entries!($r_name),
-                filter: $r_k, stride: $r_st, multiplier: $r_m, tile_h: 1, tile_w: rows::ROW_PX, lane_channels: 1, full_height: false,
+                filter: $r_k, stride: $r_st, multiplier: $r_m, tile_h: 1, tile_w: rows::ROW_PX, lane_channels: 1,
             },)*
             $(DepthwiseTile {
                 name: stringify!($c_name), program: DepthwiseProgram::Channels, entries: crate::mode_entries!($c_name),
-                filter: $c_k, stride: $c_st, multiplier: 1, tile_h: 1, tile_w: $c_tw, lane_channels: $c_v, full_height: false,
+                filter: $c_k, stride: $c_st, multiplier: 1, tile_h: 1, tile_w: $c_tw, lane_channels: $c_v,
             },)*
             $(DepthwiseTile {
                 name: stringify!($p_name), program: DepthwiseProgram::Planes, entries: crate::mode_entries!($p_name),
                 filter: $p_k, stride: $p_st, multiplier: $p_m, tile_h: $p_ry, tile_w: planes::PLANE_PX as u32,
-                lane_channels: 1, full_height: $p_full,
+                lane_channels: 1,
             },)*
         ];
 
@@ -576,7 +571,7 @@ macro_rules! depthwise_fwd_variants {
         pub fn planes_program<B: planes::PlaneBlock>(name: &str) -> Option<fn(&mut B, &planes::DepthwisePlanesParams, u32)> {
             match name {
                 $(stringify!($p_name) => Some(|b, p, block| {
-                    crate::by_mode!(p.epilogue, MODE => planes::planes::<$p_k, $p_st, $p_m, $p_ry, $p_win, $p_ir, $p_full, MODE, B>(b, p, block))
+                    crate::by_mode!(p.epilogue, MODE => planes::planes::<$p_k, $p_st, $p_m, $p_ry, $p_win, $p_ir, MODE, B>(b, p, block))
                 }),)*
                 _ => None,
             }
@@ -594,7 +589,7 @@ macro_rules! depthwise_fwd_variants {
             )*
             $(crate::mode_entry_points!($r_name, super::DepthwiseFwdParams, super::device::rows_kernel, [$r_k, $r_h, $r_st, $r_n, $r_r, $r_s, $r_m, $r_d, $r_pin]);)*
             $(crate::mode_entry_points!($c_name, super::nhwc::DepthwiseNhwcParams, super::nhwc::device::kernel, [$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, $c_pin, $c_in]);)*
-            $(crate::mode_entry_points!($p_name, super::planes::DepthwisePlanesParams, super::planes::device::kernel, [$p_k, $p_st, $p_m, $p_ry, $p_win, $p_ir, $p_full]);)*
+            $(crate::mode_entry_points!($p_name, super::planes::DepthwisePlanesParams, super::planes::device::kernel, [$p_k, $p_st, $p_m, $p_ry, $p_win, $p_ir]);)*
         }
     };
 }
@@ -684,23 +679,17 @@ depthwise_fwd_variants!(
         (depthwise_nhwc_k7_s2_c1, [7, 2, 4, 8, 1, 4, 13, true, false]),
     ],
     // [K, ST, M, RY output rows per thread, WIN = 3·ST + K input columns, IR = (RY - 1)·ST + K
-    // input rows, FULL_H]: 7 rows fit the 14- and 7-high outputs of ImageNet's last two stages
-    // exactly; at stride 2, 4 (7 rows had 2 threads per 14 x 14 plane, and the planes' shared
-    // memory held 3 blocks of 128 threads per SM: 19% occupancy, 0.98x cuDNN on MobileNetV2's
-    // 14-wide layer). FULL_H variants (outputs at most RY high, stride 1: every thread skips
-    // the same rows outside the map) are not yet measured on a GPU, so they come last, after
-    // the variants the heuristic takes (the first that computes a layer).
+    // input rows]: 7 rows fit the 14- and 7-high outputs of ImageNet's last two stages exactly;
+    // at stride 2, 4 (7 rows had 2 threads per 14 x 14 plane, and the planes' shared memory held
+    // 3 blocks of 128 threads per SM: 19% occupancy, 0.98x cuDNN on MobileNetV2's 14-wide layer).
     planes: [
-        (depthwise_planes_k3_s1_m1, [3, 1, 1, 7, 6, 9, false]),
-        (depthwise_planes_k3_s2_m1, [3, 2, 1, 4, 9, 9, false]),
-        (depthwise_planes_k5_s1_m1, [5, 1, 1, 7, 8, 11, false]),
-        (depthwise_planes_k5_s2_m1, [5, 2, 1, 4, 11, 11, false]),
-        (depthwise_planes_k7_s1_m1, [7, 1, 1, 7, 10, 13, false]),
-        (depthwise_planes_k3_s1_m2, [3, 1, 2, 7, 6, 9, false]),
-        (depthwise_planes_k5_s1_m2, [5, 1, 2, 7, 8, 11, false]),
-        (depthwise_planes_full_k3_s1_m1, [3, 1, 1, 7, 6, 9, true]),
-        (depthwise_planes_full_k5_s1_m1, [5, 1, 1, 7, 8, 11, true]),
-        (depthwise_planes_full_k7_s1_m1, [7, 1, 1, 7, 10, 13, true]),
+        (depthwise_planes_k3_s1_m1, [3, 1, 1, 7, 6, 9]),
+        (depthwise_planes_k3_s2_m1, [3, 2, 1, 4, 9, 9]),
+        (depthwise_planes_k5_s1_m1, [5, 1, 1, 7, 8, 11]),
+        (depthwise_planes_k5_s2_m1, [5, 2, 1, 4, 11, 11]),
+        (depthwise_planes_k7_s1_m1, [7, 1, 1, 7, 10, 13]),
+        (depthwise_planes_k3_s1_m2, [3, 1, 2, 7, 6, 9]),
+        (depthwise_planes_k5_s1_m2, [5, 1, 2, 7, 8, 11]),
     ],
 );
 

@@ -8,8 +8,7 @@
 //! 2. Each thread computes [`RY`](planes) output rows of [`PLANE_PX`] adjacent columns of one
 //!    plane, input row by input row: a row's window of `(PLANE_PX - 1)·ST + K` values is read
 //!    once (columns outside the map selected to zero) and added into every output row it feeds,
-//!    with all `K x K` taps in registers; most rows outside the map are skipped. The sums go to
-//!    an output stage in shared memory.
+//!    with all `K x K` taps in registers. The sums go to an output stage in shared memory.
 //! 3. The block writes its contiguous output range in 16-byte stores.
 //!
 //! The epilogue's bias is added in step 2, where a thread's sums share one output channel (one
@@ -79,8 +78,8 @@ pub struct DepthwisePlanesParams {
 /// Where a block's shared memory holds what, in 4-byte slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlanesLayout {
-    /// Zeros before the planes: the unbranched rows outside the map read here, and the first
-    /// plane's leftmost windows reach in.
+    /// Zeros before the planes: the rows outside the map read here, and the first plane's
+    /// leftmost windows reach in.
     pub front: u32,
     /// Zeros after the planes, where the last plane's rightmost windows reach.
     pub back: u32,
@@ -134,7 +133,6 @@ pub fn planes<
     const RY: usize,
     const WIN: usize,
     const IR: usize,
-    const FULL_H: bool,
     const MODE: u32,
     B: PlaneBlock,
 >(
@@ -142,7 +140,7 @@ pub fn planes<
     p: &DepthwisePlanesParams,
     block: u32,
 ) {
-    const { assert!(WIN == (PLANE_PX - 1) * ST + K && IR == (RY - 1) * ST + K && (!FULL_H || ST == 1)) };
+    const { assert!(WIN == (PLANE_PX - 1) * ST + K && IR == (RY - 1) * ST + K) };
     let lay = PlanesLayout::new(K as u32, ST as u32, M as u32, p.block_planes, p.in_plane, p.out_plane);
     let first = block * p.block_planes;
     let threads = p.threads;
@@ -186,8 +184,7 @@ pub fn planes<
         #[inline(always)]
         |b, t| {
             let (rest, slot) = p.plane_slots.div_rem(t);
-            // A full-height launch has one row block, so every thread's rows are the same.
-            let (strip, row_block) = if FULL_H { (rest, 0) } else { p.row_blocks.div_rem(rest) };
+            let (strip, row_block) = p.row_blocks.div_rem(rest);
             // Planes past the tensor's end (in the last block) convolve the copies' zeros: every
             // stage slot that a 16-byte read of the last outputs touches is then written.
             let channel = p.channels.div_rem(first + slot).1;
@@ -211,16 +208,11 @@ pub fn planes<
             let col_live: [bool; WIN] = core::array::from_fn(|e| ((ix0 + e as i32) as u32) < p.in_w);
             let plane_start = (lay.front + slot * p.in_plane) as i32 + ix0;
             let mut acc = [[[0.0f32; PLANE_PX]; RY]; M];
-            // Input row j (a constant) into every output row it feeds. Outside the map it adds
-            // zeros: with `skip_outside` it is branched around, else it reads the front guard's.
-            let add_row = #[inline(always)]
-            |b: &mut B, acc: &mut [[[f32; PLANE_PX]; RY]; M], j: usize, skip_outside: bool| {
+            // Unrolled by hand: LLVM left the longer row loops rolled, the sums in local memory.
+            crate::unrolled::<IR>(|j| {
                 let iy = iy0 + j as i32;
-                let inside = (iy as u32) < p.in_h;
-                if !inside && skip_outside {
-                    return;
-                }
-                let row = if inside { (plane_start + iy * p.in_w as i32) as u32 } else { 0 };
+                // A row outside the map reads the front guard's zeros.
+                let row = if (iy as u32) < p.in_h { (plane_start + iy * p.in_w as i32) as u32 } else { 0 };
                 let win: [f32; WIN] = core::array::from_fn(|e| crate::select(col_live[e], b.load(row + e as u32), 0.0));
                 // Input row j feeds output row (j - fr) / ST through filter row fr.
                 for fr in 0..K {
@@ -235,32 +227,8 @@ pub fn planes<
                         }
                     }
                 }
-            };
-            if FULL_H {
-                // The rows outside the map are the same for every thread (iy0 = -pad_h), so
-                // they are skipped by branches that do not diverge (7x7 filters on 7x7 maps:
-                // 12 of the 49 row products). Row K - 1 goes first and unbranched: it uses
-                // every filter row, so every tap's load stays ahead of the first branch (ptxas
-                // sinks a load to the last point before its first use, which would put one L2
-                // round trip per filter row inside the row loop).
-                add_row(b, &mut acc, K - 1, false);
-                crate::unrolled::<IR>(
-                    #[inline(always)]
-                    |j| {
-                        if j != K - 1 {
-                            add_row(b, &mut acc, j, true);
-                        }
-                        true
-                    },
-                );
-            } else {
-                // Unrolled by hand: LLVM left the longer row loops rolled, the sums in local
-                // memory.
-                crate::unrolled::<IR>(|j| {
-                    add_row(b, &mut acc, j, false);
-                    true
-                });
-            }
+                true
+            });
             let stage = lay.out_slot + slot * M as u32 * p.out_plane;
             for m in 0..M {
                 for r in 0..RY {
@@ -354,7 +322,6 @@ pub(super) mod device {
         const RY: usize,
         const WIN: usize,
         const IR: usize,
-        const FULL_H: bool,
         const MODE: u32,
     >(
         p: &DepthwisePlanesParams,
@@ -366,7 +333,7 @@ pub(super) mod device {
             y: to_global(p.y),
             epilogue: p.epilogue,
         };
-        super::planes::<K, ST, M, RY, WIN, IR, FULL_H, MODE, _>(&mut b, p, block_idx_x());
+        super::planes::<K, ST, M, RY, WIN, IR, MODE, _>(&mut b, p, block_idx_x());
     }
 
     impl PlaneBlock for GpuDepthwise {
