@@ -101,6 +101,45 @@ fn suites_parse_and_report_lines() {
     assert!(matches!(suites::load_suite("/no/such/suite"), Err(Error::Io { .. })));
 }
 
+/// `gpu-run sanitize` runs compute-sanitizer over `check` of the two sanitize suites, each with
+/// its families only: a variant no layer there supports would escape memcheck and racecheck.
+#[test]
+fn the_sanitize_suites_run_every_direct_depthwise_and_tensor_core_variant() {
+    use convkit::conv::{depthwise, direct, igemm};
+    use std::collections::BTreeSet;
+    let depthwise_layers = suites::load_suite("sanitize-depthwise").unwrap();
+    let ran: BTreeSet<_> = depthwise_layers.iter().flat_map(depthwise::supporting_variants).map(|t| t.name).collect();
+    let missed: Vec<_> = depthwise::variants().iter().filter(|t| !ran.contains(t.name)).map(|t| t.name).collect();
+    assert!(missed.is_empty(), "depthwise variants no sanitize-depthwise layer runs: {missed:?}");
+
+    let grouped = suites::load_suite("sanitize-grouped").unwrap();
+    let ran: BTreeSet<_> = grouped.iter().flat_map(direct::supporting_variants).map(|t| t.name).collect();
+    let missed: Vec<_> = direct::variants().iter().filter(|t| !ran.contains(t.name)).map(|t| t.name).collect();
+    assert!(missed.is_empty(), "direct variants no sanitize-grouped layer runs: {missed:?}");
+    // Each tensor-core variant through its stage ring: two or more channel chunks, several taps.
+    let mut ran = BTreeSet::new();
+    for conv in &grouped {
+        let geom = conv.geometry().unwrap();
+        for tile in igemm::supporting_variants(conv, &geom) {
+            if igemm::shape(conv, &geom, tile).channel_chunks >= 2 && conv.r * conv.s > 1 {
+                ran.insert(tile.name);
+            }
+        }
+    }
+    let missed: Vec<_> = igemm::variants().iter().filter(|t| !ran.contains(t.name)).map(|t| t.name).collect();
+    assert!(missed.is_empty(), "tensor-core variants no sanitize-grouped layer runs in chunks: {missed:?}");
+}
+
+#[test]
+fn kernel_families_parse_by_name() {
+    use convkit::harness::check::Family;
+    for family in Family::ALL {
+        assert_eq!(family.name().parse::<Family>(), Ok(family));
+    }
+    let err = "cudnn".parse::<Family>().unwrap_err();
+    assert!(err.contains("`cudnn`") && err.contains("fft-gemm"), "{err}");
+}
+
 #[test]
 fn the_layout_defaults_to_nchw_and_prints_only_when_channels_last() {
     assert_eq!(parse("c=8,h=10,r=3").layout, convkit::TensorLayout::Nchw);

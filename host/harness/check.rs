@@ -92,6 +92,44 @@ pub fn random_epilogue(rng: &mut SmallRng) -> Epilogue {
     }
 }
 
+/// A family of our kernels, as `check --families` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    Direct,
+    Depthwise,
+    Igemm,
+    /// The fused FFT convolution of depthwise layers.
+    Fft,
+    /// The tiled FFT convolution (its per-frequency cgemm included).
+    FftGemm,
+}
+
+impl Family {
+    pub const ALL: [Family; 5] = [Family::Direct, Family::Depthwise, Family::Igemm, Family::Fft, Family::FftGemm];
+
+    /// The name of [`crate::conv::Algorithm::family`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Direct => "direct",
+            Family::Depthwise => "depthwise",
+            Family::Igemm => "igemm",
+            Family::Fft => "fft",
+            Family::FftGemm => "fft-gemm",
+        }
+    }
+}
+
+impl std::str::FromStr for Family {
+    type Err = String;
+
+    fn from_str(name: &str) -> std::result::Result<Self, String> {
+        Family::ALL.into_iter().find(|f| f.name() == name).ok_or_else(|| {
+            let names: Vec<_> = Family::ALL.iter().map(|f| f.name()).collect();
+            format!("no kernel family `{name}`; there are {}", names.join(", "))
+        })
+    }
+}
+
 /// One of our variants on one case.
 #[derive(Clone, Debug)]
 pub struct VariantResult {
@@ -144,12 +182,14 @@ pub struct Checker<'g> {
     workspace: CudaSlice<u8>,
     /// Also run the CPU reference on shapes of at most this many FLOPs.
     pub cpu_max_flops: f64,
+    /// The families whose variants run (all by default); the references and cuDNN always do.
+    pub families: Vec<Family>,
 }
 
 impl<'g> Checker<'g> {
     pub fn new(gpu: &'g Gpu, workspace_bytes: usize, cpu_max_flops: f64) -> Result<Self> {
         let workspace = gpu.alloc::<u8>(workspace_bytes)?;
-        Ok(Checker { gpu, stream: gpu.stream().clone(), workspace, cpu_max_flops })
+        Ok(Checker { gpu, stream: gpu.stream().clone(), workspace, cpu_max_flops, families: Family::ALL.to_vec() })
     }
 
     /// Checks one case; `seed` draws its inputs.
@@ -193,13 +233,14 @@ impl<'g> Checker<'g> {
         let bound = Tolerance::f32_sum(geom.taps(conv) as u64);
         let mut y = gpu.alloc::<f32>(geom.y_len)?;
         let mut variants = Vec::new();
-        for tile in direct::supporting_variants(conv) {
+        let runs = |family| self.families.contains(&family);
+        for tile in direct::supporting_variants(conv).filter(|_| runs(Family::Direct)) {
             gpu.poison(&mut y)?;
             direct::forward_fused(gpu, stream, conv, tile, &x, &w, &mut y, &epilogue)?;
             let stats = reference::compare(gpu, stream, &y, target, bound)?;
             variants.push(VariantResult { tile: tile.name, bound, stats });
         }
-        for tile in depthwise::supporting_variants(conv) {
+        for tile in depthwise::supporting_variants(conv).filter(|_| runs(Family::Depthwise)) {
             gpu.poison(&mut y)?;
             depthwise::forward_fused(gpu, stream, conv, tile, &x, &w, &mut y, &epilogue)?;
             let stats = reference::compare(gpu, stream, &y, target, bound)?;
@@ -207,7 +248,7 @@ impl<'g> Checker<'g> {
         }
         // The tensor-core variants, each to its precision's bound; non-finite inputs spread
         // to other groups there (see `igemm`), so those cases leave them out.
-        if !case.nonfinite {
+        if !case.nonfinite && runs(Family::Igemm) {
             for tile in igemm::supporting_variants(conv, &geom) {
                 let bound = igemm::tolerance(conv, &geom, tile);
                 gpu.poison(&mut y)?;
@@ -216,10 +257,12 @@ impl<'g> Checker<'g> {
                 variants.push(VariantResult { tile: tile.name, bound, stats });
             }
         }
-        if !case.nonfinite {
+        if !case.nonfinite && (runs(Family::Fft) || runs(Family::FftGemm)) {
             let scale = reference::fft_error_scale(&gpu.download(&x)?, &gpu.download(&w)?, conv.k);
             let bound = Tolerance::fft(geom.taps(conv) as u64, scale);
-            for tile in fft::variants().iter().filter(|t| fft::unsupported(conv, &geom, t).is_none()).take(2) {
+            let fft_tiles =
+                fft::variants().iter().filter(|t| runs(Family::Fft) && fft::unsupported(conv, &geom, t).is_none());
+            for tile in fft_tiles.take(2) {
                 let plan = fft::FftConvPlan::with_tile(gpu, stream, conv, tile, &w)?;
                 gpu.poison(&mut y)?;
                 plan.forward(gpu, stream, &x, &mut y)?;
@@ -232,7 +275,7 @@ impl<'g> Checker<'g> {
             let smallest = fft_gemm::sizes().iter().find_map(|size| {
                 fft_gemm::shape(conv, &geom, size).ok().filter(|s| s.workspace_bytes() <= self.workspace.len())
             });
-            let mut shapes: Vec<_> = chosen.into_iter().chain(smallest).collect();
+            let mut shapes: Vec<_> = chosen.into_iter().chain(smallest).filter(|_| runs(Family::FftGemm)).collect();
             shapes.dedup();
             for shape in shapes.into_iter().filter(|s| s.plan_bytes() <= PLAN_LIMIT) {
                 let plan = FftGemmPlan::with_shape(gpu, stream, conv, shape, &w)?;

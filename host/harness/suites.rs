@@ -11,6 +11,9 @@ pub const SUITES: &[(&str, &str)] = &[
     ("depthwise", include_str!("../../benches/suites/depthwise.txt")),
     ("grouped", include_str!("../../benches/suites/grouped.txt")),
     ("grouped-nhwc", include_str!("../../benches/suites/grouped-nhwc.txt")),
+    // Small layers that run every variant of a family, for compute-sanitizer.
+    ("sanitize-depthwise", include_str!("../../benches/suites/sanitize-depthwise.txt")),
+    ("sanitize-grouped", include_str!("../../benches/suites/sanitize-grouped.txt")),
 ];
 
 /// A built-in suite by name, else a suite file by path.
