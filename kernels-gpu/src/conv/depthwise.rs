@@ -216,12 +216,11 @@ impl DepthwiseTile {
     /// Whether the variant's shape is one the program handles: whole thread rows, whole
     /// planes per block, a window that fits the register array.
     pub const fn is_well_formed(&self) -> bool {
-        (self.l2_prefetch_rows == 0 || matches!(self.program, DepthwiseProgram::Channels))
-            && (matches!(self.program, DepthwiseProgram::Rows | DepthwiseProgram::Channels | DepthwiseProgram::Planes)
-                || self.tile_w.is_multiple_of(PX)
-                    && self.tile_h.is_multiple_of(RY)
-                    && BLOCK_THREADS.is_multiple_of(self.threads_per_plane())
-                    && self.window() <= MAX_WINDOW as u32)
+        matches!(self.program, DepthwiseProgram::Rows | DepthwiseProgram::Channels | DepthwiseProgram::Planes)
+            || self.tile_w.is_multiple_of(PX)
+                && self.tile_h.is_multiple_of(RY)
+                && BLOCK_THREADS.is_multiple_of(self.threads_per_plane())
+                && self.window() <= MAX_WINDOW as u32
     }
 }
 
