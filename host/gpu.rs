@@ -130,6 +130,13 @@ impl Gpu {
         self.sm_count
     }
 
+    /// Device memory free now, in bytes (all contexts' allocations and reservations counted).
+    pub fn free_memory(&self) -> Result<usize> {
+        self.ctx.bind_to_thread().during("cuCtxSetCurrent")?;
+        let (free, _) = cudarc::driver::result::mem_get_info().during("cuMemGetInfo")?;
+        Ok(free)
+    }
+
     pub fn name(&self) -> Result<String> {
         self.ctx.name().during("cuDeviceGetName")
     }

@@ -666,26 +666,39 @@ fn run_bench(device: usize, args: &BenchArgs) -> Result<ExitCode, Error> {
     let repeats = args.repeat as usize;
     let bar = progress(layers.len() * repeats, "bench");
     let mut runs: Vec<Vec<LayerResult>> = Vec::new();
-    for repeat in 0..repeats {
-        let mut rows = Vec::new();
+    let mut failed = None;
+    'repeats: for repeat in 0..repeats {
+        runs.push(Vec::new());
         for (i, conv) in layers.iter().enumerate() {
             bar.set_message(conv.label());
-            let row = bench.layer(conv, mix(seed, (repeat * layers.len() + i) as u64))?;
-            if args.verbose {
-                bar.suspend(|| print_candidates(&row));
+            match bench.layer(conv, mix(seed, (repeat * layers.len() + i) as u64)) {
+                Ok(row) => {
+                    if args.verbose {
+                        bar.suspend(|| print_candidates(&row));
+                    }
+                    runs.last_mut().expect("pushed above").push(row);
+                    bar.inc(1);
+                }
+                Err(e) => {
+                    failed = Some((conv.label(), e));
+                    break 'repeats;
+                }
             }
-            rows.push(row);
-            bar.inc(1);
         }
-        runs.push(rows);
     }
     bar.finish_and_clear();
     info.finish();
 
+    // A layer that fails ends the run, but the layers measured before it are still written.
     if let Some(path) = &args.timing.json {
-        let doc = serde_json::json!({ "run": info, "options": opts, "repeats": runs });
+        let error = failed.as_ref().map(|(label, e)| format!("{label}: {e}"));
+        let doc = serde_json::json!({ "run": info, "options": opts, "repeats": runs, "error": error });
         let text = serde_json::to_string_pretty(&doc).expect("bench results serialise");
         std::fs::write(path, text).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    }
+    if let Some((label, e)) = failed {
+        eprintln!("convkit: bench stopped at layer {label}");
+        return Err(e);
     }
 
     for line in info.header() {

@@ -211,6 +211,21 @@ pub struct LayerResult {
     /// Seconds spent building cuDNN plans and screening, and in the final rounds.
     pub setup_s: f64,
     pub timing_s: f64,
+    /// Free device memory (MiB) as the layer began, once our candidates were validated, once
+    /// cuDNN's were built, and after timing: what a layer leaves allocated shows up at the next.
+    pub free_mib: FreeMemory,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct FreeMemory {
+    pub start: usize,
+    pub ours: usize,
+    pub cudnn: usize,
+    pub end: usize,
+}
+
+fn free_mib(gpu: &Gpu) -> Result<usize> {
+    Ok(gpu.free_memory()? >> 20)
 }
 
 impl LayerResult {
@@ -344,6 +359,27 @@ impl Arena {
         Ok(Arena { x, w, y, sets, lens, strides })
     }
 
+    /// Our plans (packed or transformed filters), one per copy of the weights, as many copies
+    /// as the plans need to span `min_bytes` on their own, and at most one per set: a small
+    /// layer rotates over hundreds of sets, and a plan can be far larger than its filters (a
+    /// depthwise layer's tensor-core panels, 64x), so a plan per set once ran out of device
+    /// memory. Launch `n` runs with plan `n % plans.len()`.
+    fn plans<P>(
+        &mut self,
+        min_bytes: usize,
+        plan_bytes: impl Fn(&P) -> usize,
+        mut build: impl FnMut(&CudaView<'_, f32>) -> Result<P>,
+    ) -> Result<Vec<P>> {
+        let first = build(&self.set(0).1)?;
+        let copies = self.sets.min(min_bytes.div_ceil(plan_bytes(&first).max(1)).max(2));
+        let mut plans = Vec::with_capacity(copies);
+        plans.push(first);
+        for set in 1..copies {
+            plans.push(build(&self.set(set).1)?);
+        }
+        Ok(plans)
+    }
+
     /// Copy `set` of x, w and y.
     fn set(&mut self, set: usize) -> (CudaView<'_, f32>, CudaView<'_, f32>, CudaViewMut<'_, f32>) {
         let [x, w, y] = [0, 1, 2].map(|i| set * self.strides[i]..set * self.strides[i] + self.lens[i]);
@@ -355,9 +391,8 @@ impl Arena {
 enum Runner<'g> {
     Direct(DirectTile),
     Depthwise(DepthwiseTile),
-    /// One plan per copy of the weights in the arena.
+    /// Plans for copies of the weights in the arena (`Arena::plans`).
     Igemm(Rc<Vec<IgemmPlan>>),
-    /// One plan per copy of the weights in the arena.
     Fft(Vec<FftConvPlan>),
     FftGemm(Vec<FftGemmPlan>),
     Engine(EnginePlan),
@@ -404,9 +439,9 @@ impl<'g> Env<'_, 'g> {
         match runner {
             Runner::Direct(tile) => direct::forward_with(gpu, stream, conv, tile, &x, &w, &mut y),
             Runner::Depthwise(tile) => depthwise::forward_with(gpu, stream, conv, tile, &x, &w, &mut y),
-            Runner::Igemm(plans) => plans[set].forward(gpu, stream, &x, &mut y),
-            Runner::Fft(plans) => plans[set].forward(gpu, stream, &x, &mut y),
-            Runner::FftGemm(plans) => plans[set].forward(gpu, stream, &x, &mut y, self.workspace),
+            Runner::Igemm(plans) => plans[set % plans.len()].forward(gpu, stream, &x, &mut y),
+            Runner::Fft(plans) => plans[set % plans.len()].forward(gpu, stream, &x, &mut y),
+            Runner::FftGemm(plans) => plans[set % plans.len()].forward(gpu, stream, &x, &mut y, self.workspace),
             Runner::Engine(plan) => {
                 let engines = self.engines.as_ref().expect("engine candidates come with their graph");
                 engines.execute(plan, &x, &w, &mut y, self.workspace)
@@ -426,7 +461,7 @@ impl<'g> Env<'_, 'g> {
                 match &**inner {
                     Runner::Direct(tile) => direct::forward_fused(gpu, stream, conv, tile, &x, &w, &mut y, &args),
                     Runner::Depthwise(tile) => depthwise::forward_fused(gpu, stream, conv, tile, &x, &w, &mut y, &args),
-                    Runner::Igemm(plans) => plans[set].forward_fused(gpu, stream, &x, &mut y, &args),
+                    Runner::Igemm(plans) => plans[set % plans.len()].forward_fused(gpu, stream, &x, &mut y, &args),
                     _ => unreachable!("only the direct-style kernels fuse the epilogue"),
                 }
             }
@@ -467,6 +502,7 @@ impl<'g> Bench<'g> {
     pub fn layer(&mut self, conv: &Conv2d, seed: u64) -> Result<LayerResult> {
         let started = Instant::now();
         let gpu = self.gpu;
+        let mut free = FreeMemory { start: free_mib(gpu)?, ..FreeMemory::default() };
         let geom = conv.geometry()?;
         let mut arena = Arena::new(gpu, &self.stream, conv, seed, self.opts.min_working_set)?;
         let truth = {
@@ -560,14 +596,12 @@ impl<'g> Bench<'g> {
             }
             Ok(fft_tolerance.expect("set above"))
         };
-        // Our FFT convolution, where it computes the layer: one plan per copy of the weights.
+        // Our FFT convolution, where it computes the layer.
         let fft_tile = match fft::choose_tile(conv, &geom) {
             Ok(tile) => {
-                let mut plans = Vec::with_capacity(env.arena.sets);
-                for set in 0..env.arena.sets {
-                    let (_, w, _) = env.arena.set(set);
-                    plans.push(FftConvPlan::with_tile(gpu, &self.stream, conv, &tile, &w)?);
-                }
+                let plans = env.arena.plans(self.opts.min_working_set, FftConvPlan::plan_bytes, |w| {
+                    FftConvPlan::with_tile(gpu, &self.stream, conv, &tile, w)
+                })?;
                 let bytes = plans[0].plan_bytes();
                 let name = tile.name.trim_start_matches("fftconv_").to_owned();
                 let mut candidate = Candidate::new(name, Source::Convkit, MathClass::Exact, "f32 FFT".into(), bytes);
@@ -582,14 +616,12 @@ impl<'g> Bench<'g> {
                 None
             }
         };
-        // The tiled FFT convolution: one plan per copy of the weights, the bench's workspace.
+        // The tiled FFT convolution, in the bench's workspace.
         let fft_gemm_size = match fft_gemm::choose(conv, &geom, FFT_GEMM_PLAN_LIMIT, env.workspace.len()) {
             Ok(shape) => {
-                let mut plans = Vec::with_capacity(env.arena.sets);
-                for set in 0..env.arena.sets {
-                    let (_, w, _) = env.arena.set(set);
-                    plans.push(FftGemmPlan::with_shape(gpu, &self.stream, conv, shape, &w)?);
-                }
+                let plans = env.arena.plans(self.opts.min_working_set, FftGemmPlan::plan_bytes, |w| {
+                    FftGemmPlan::with_shape(gpu, &self.stream, conv, shape, w)
+                })?;
                 let name = shape.size.name.to_owned();
                 let notes = format!(
                     "f32 FFT, {}x{} tiles of {}x{}",
@@ -624,12 +656,9 @@ impl<'g> Bench<'g> {
                 }
             };
             for tile in tiles {
-                // One plan (packed filters) per copy of the weights.
-                let mut plans = Vec::with_capacity(env.arena.sets);
-                for set in 0..env.arena.sets {
-                    let (_, w, _) = env.arena.set(set);
-                    plans.push(IgemmPlan::new(gpu, &self.stream, conv, &tile, &w)?);
-                }
+                let plans = env.arena.plans(self.opts.min_working_set, IgemmPlan::plan_bytes, |w| {
+                    IgemmPlan::new(gpu, &self.stream, conv, &tile, w)
+                })?;
                 let (bytes, groups_per_block) = (plans[0].plan_bytes(), plans[0].shape().groups_per_block);
                 let runner = Runner::Igemm(Rc::new(plans));
                 let stats = env.validate(&runner, &truth, igemm::tolerance(conv, &geom, &tile))?;
@@ -737,6 +766,7 @@ impl<'g> Bench<'g> {
             }
         }
         let ours_count = runners.len();
+        free.ours = free_mib(gpu)?;
 
         // cuDNN's graph API: every configuration of every heuristic mode.
         let mut engine_configs = 0;
@@ -805,6 +835,7 @@ impl<'g> Bench<'g> {
             }
         }
         env.legacy = Some(legacy);
+        free.cudnn = free_mib(gpu)?;
 
         // Validate every cuDNN candidate, then screen it.
         let mut fastest = [f64::INFINITY; 4]; // screened so far, by class, plain then fused
@@ -875,6 +906,7 @@ impl<'g> Bench<'g> {
         };
         let best_exact = best(&[MathClass::Exact]);
         let best_fast = best(&[MathClass::Exact, MathClass::Fast]);
+        free.end = free_mib(gpu)?;
         Ok(LayerResult {
             label: conv.label(),
             spec: conv.to_string(),
@@ -900,6 +932,7 @@ impl<'g> Bench<'g> {
             skipped,
             setup_s,
             timing_s: started.elapsed().as_secs_f64(),
+            free_mib: free,
         })
     }
 }

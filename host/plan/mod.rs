@@ -148,12 +148,10 @@ impl<'g> Planner<'g> {
             .filter(|e| e.device == device)
             .filter_map(|e| Some((e.layer.clone(), e.choice()?)))
             .collect();
-        gpu.context().bind_to_thread().during("cuCtxSetCurrent")?;
-        let (free, _) = cudarc::driver::result::mem_get_info().during("cuMemGetInfo")?;
         Ok(Planner {
             gpu,
             device,
-            default_limit: free / 4,
+            default_limit: gpu.free_memory()? / 4,
             file: Mutex::new(file),
             memory: Mutex::new(memory),
             searches: Mutex::default(),
