@@ -51,8 +51,6 @@ struct CpuLane<'a> {
     /// What `all_in_step` answers for a thread whose tile is interior: false stands for a warp
     /// in which some other lane's tile is not.
     interior_warp: bool,
-    /// Pixels prefetched into L2 (each checked to lie inside x).
-    prefetched: usize,
 }
 
 impl CpuLane<'_> {
@@ -221,7 +219,6 @@ impl CpuTensors {
             bias: epilogue.bias.then_some(&self.bias[..]),
             residual: &self.residual,
             interior_warp: true,
-            prefetched: 0,
         }
     }
 
@@ -577,14 +574,6 @@ impl NhwcLane for CpuLane<'_> {
         })
     }
 
-    fn prefetch_pixels<const W: usize>(&mut self, live: [bool; W], offset: u64, stride: u64) {
-        for j in (0..W).filter(|&j| live[j]) {
-            let offset = offset.wrapping_add(j as u64 * stride);
-            assert!(offset < self.x.len() as u64, "prefetch of element {offset}, past x's {}", self.x.len());
-            self.prefetched += 1;
-        }
-    }
-
     fn tap(&mut self, offset: u64) -> f32 {
         self.w[offset as usize]
     }
@@ -640,15 +629,6 @@ fn run_channels_last_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, segment_rows: O
             run(&mut lane, &p, at);
         }
     }
-    // The first segment's walk prefetches input rows from `ahead - pad` on, for at least K
-    // steps: some inside the image unless it starts below it. A variant without it never does.
-    let (prefetched, ahead) = (lane.prefetched, tile.l2_prefetch_rows as usize);
-    assert_eq!(
-        prefetched > 0,
-        ahead > 0 && ahead < conv.h + conv.pad[0],
-        "{conv} on {}: {prefetched} prefetches",
-        tile.name
-    );
     t.check(conv, epilogue, &format!("{conv} on {} (segments of {segment_rows:?})", tile.name));
 }
 

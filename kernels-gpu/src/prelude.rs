@@ -519,16 +519,6 @@ pub fn ldg_nc_f32_if(load: bool, global_addr: u64) -> f32 {
     v
 }
 
-/// `prefetch.global.L2` of the line holding `global_addr` where `fetch`, without a branch: a
-/// hint that brings the line into L2 and holds no register for it.
-#[inline(always)]
-pub fn prefetch_l2_if(fetch: bool, global_addr: u64) {
-    unsafe {
-        asm!("{{ .reg .pred p; setp.ne.u32 p, {c}, 0; @p prefetch.global.L2 [{a}]; }}",
-            c = in(reg32) fetch as u32, a = in(reg64) global_addr, options(readonly, nostack))
-    };
-}
-
 /// `st.global.f32` where `store`, without a branch (a store loop's per-element bounds test
 /// otherwise becomes a branch around each store and its epilogue).
 #[inline(always)]

@@ -127,9 +127,6 @@ pub struct DepthwiseTile {
     /// Adjacent channels per thread (`Channels`: one load of `4·lane_channels` bytes per pixel);
     /// 1 for the NCHW programs.
     pub lane_channels: u32,
-    /// `Channels` only: how many input rows below its loads a thread prefetches into L2 (0:
-    /// none).
-    pub l2_prefetch_rows: u32,
 }
 
 impl DepthwiseTile {
@@ -286,7 +283,6 @@ pub fn convolve<const K: usize, const ST: usize, const M: usize, const TH: usize
         tile_h: TH as u32,
         tile_w: TW as u32,
         lane_channels: 1,
-        l2_prefetch_rows: 0,
     };
     let (tile_row, tile_col) = p.tiles_w.div_rem(tile_index);
     let first_plane = plane_group * t.planes_per_block();
@@ -514,7 +510,7 @@ macro_rules! depthwise_fwd_variants {
     (
         tiles: [$(($name:ident, $k:literal, $st:literal, $m:literal, $th:literal, $tw:literal)),* $(,)?],
         rows: [$(($r_name:ident, $r_m:literal, [$r_k:literal, $r_h:literal, $r_st:literal, $r_n:literal, $r_r:literal, $r_s:literal, $r_d:literal, $r_pin:literal])),* $(,)?],
-        channels: [$(($c_name:ident, [$c_k:literal, $c_st:literal, $c_s:literal, $c_u:literal, $c_v:literal, $c_tw:literal, $c_w:literal, $c_pin:literal, $c_in:literal, $c_ah:literal])),* $(,)?],
+        channels: [$(($c_name:ident, [$c_k:literal, $c_st:literal, $c_s:literal, $c_u:literal, $c_v:literal, $c_tw:literal, $c_w:literal, $c_pin:literal, $c_in:literal])),* $(,)?],
         planes: [$(($p_name:ident, [$p_k:literal, $p_st:literal, $p_m:literal, $p_ry:literal, $p_win:literal, $p_ir:literal])),* $(,)?] $(,)?
     ) => {
         /// Every variant in the PTX, by entry-point name.
@@ -525,22 +521,19 @@ macro_rules! depthwise_fwd_variants {
                     plain: stringify!($name), clamp: stringify!($name), smooth: stringify!($name),
                 },
                 filter: $k, stride: $st, multiplier: $m, tile_h: $th, tile_w: $tw, lane_channels: 1,
-                l2_prefetch_rows: 0,
             },)*
             $(DepthwiseTile {
                 name: stringify!($r_name), program: DepthwiseProgram::Rows, entries: crate::mode_entries!($r_name),
                 filter: $r_k, stride: $r_st, multiplier: $r_m, tile_h: 1, tile_w: rows::ROW_PX, lane_channels: 1,
-                l2_prefetch_rows: 0,
             },)*
             $(DepthwiseTile {
                 name: stringify!($c_name), program: DepthwiseProgram::Channels, entries: crate::mode_entries!($c_name),
                 filter: $c_k, stride: $c_st, multiplier: 1, tile_h: 1, tile_w: $c_tw, lane_channels: $c_v,
-                l2_prefetch_rows: $c_ah,
             },)*
             $(DepthwiseTile {
                 name: stringify!($p_name), program: DepthwiseProgram::Planes, entries: crate::mode_entries!($p_name),
                 filter: $p_k, stride: $p_st, multiplier: $p_m, tile_h: $p_ry, tile_w: planes::PLANE_PX as u32,
-                lane_channels: 1, l2_prefetch_rows: 0,
+                lane_channels: 1,
             },)*
         ];
 
@@ -567,7 +560,7 @@ macro_rules! depthwise_fwd_variants {
         pub fn channels_program<L: nhwc::NhwcLane>(name: &str) -> Option<fn(&mut L, &nhwc::DepthwiseNhwcParams, nhwc::NhwcCoords)> {
             match name {
                 $(stringify!($c_name) => Some(|l, p, at| {
-                    crate::by_mode!(p.epilogue, MODE => nhwc::channels_last::<$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, $c_pin, $c_in, $c_ah, MODE, L>(l, p, at))
+                    crate::by_mode!(p.epilogue, MODE => nhwc::channels_last::<$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, $c_pin, $c_in, MODE, L>(l, p, at))
                 }),)*
                 _ => None,
             }
@@ -595,7 +588,7 @@ macro_rules! depthwise_fwd_variants {
                 }
             )*
             $(crate::mode_entry_points!($r_name, super::DepthwiseFwdParams, super::device::rows_kernel, [$r_k, $r_h, $r_st, $r_n, $r_r, $r_s, $r_m, $r_d, $r_pin]);)*
-            $(crate::mode_entry_points!($c_name, super::nhwc::DepthwiseNhwcParams, super::nhwc::device::kernel, [$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, $c_pin, $c_in, $c_ah]);)*
+            $(crate::mode_entry_points!($c_name, super::nhwc::DepthwiseNhwcParams, super::nhwc::device::kernel, [$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, $c_pin, $c_in]);)*
             $(crate::mode_entry_points!($p_name, super::planes::DepthwisePlanesParams, super::planes::device::kernel, [$p_k, $p_st, $p_m, $p_ry, $p_win, $p_ir]);)*
         }
     };
@@ -675,19 +668,15 @@ depthwise_fwd_variants!(
     // 5x5). INTERIOR compiles a second walk for warps whose tiles lie inside the image; it
     // doubles the code, and from 3x3 stride 2 up instruction fetch cost more than it saved (7x7
     // layers 11-17% and 5x5 5-10% faster without it, 3x3 stride 2 2-3%; 3x3 stride 1 up to 2%
-    // slower, 4-7% at N = 1). The 1-channel variants take any C and alignment. AHEAD: input
-    // rows ahead of the loads that each step prefetches into L2 (0: none), for the 7x7 walk
-    // that v10 found latency-bound (not yet measured; after the shipped one, so not chosen).
+    // slower, 4-7% at N = 1). The 1-channel variants take any C and alignment.
     channels: [
-        (depthwise_nhwc_k3_s1_c2, [3, 1, 3, 3, 2, 4, 6, false, true, 0]),
-        (depthwise_nhwc_k3_s1_c1, [3, 1, 3, 3, 1, 4, 6, false, true, 0]),
-        (depthwise_nhwc_k3_s2_c1, [3, 2, 2, 4, 1, 4, 9, false, false, 0]),
-        (depthwise_nhwc_k5_s1_c1, [5, 1, 5, 5, 1, 4, 8, false, false, 0]),
-        (depthwise_nhwc_k5_s2_c1, [5, 2, 3, 6, 1, 4, 11, false, false, 0]),
-        (depthwise_nhwc_k7_s1_c1, [7, 1, 7, 7, 1, 4, 10, true, false, 0]),
-        (depthwise_nhwc_k7_s1_c1_l2ahead2, [7, 1, 7, 7, 1, 4, 10, true, false, 2]),
-        (depthwise_nhwc_k7_s1_c1_l2ahead4, [7, 1, 7, 7, 1, 4, 10, true, false, 4]),
-        (depthwise_nhwc_k7_s2_c1, [7, 2, 4, 8, 1, 4, 13, true, false, 0]),
+        (depthwise_nhwc_k3_s1_c2, [3, 1, 3, 3, 2, 4, 6, false, true]),
+        (depthwise_nhwc_k3_s1_c1, [3, 1, 3, 3, 1, 4, 6, false, true]),
+        (depthwise_nhwc_k3_s2_c1, [3, 2, 2, 4, 1, 4, 9, false, false]),
+        (depthwise_nhwc_k5_s1_c1, [5, 1, 5, 5, 1, 4, 8, false, false]),
+        (depthwise_nhwc_k5_s2_c1, [5, 2, 3, 6, 1, 4, 11, false, false]),
+        (depthwise_nhwc_k7_s1_c1, [7, 1, 7, 7, 1, 4, 10, true, false]),
+        (depthwise_nhwc_k7_s2_c1, [7, 2, 4, 8, 1, 4, 13, true, false]),
     ],
     // [K, ST, M, RY output rows per thread, WIN = 3·ST + K input columns, IR = (RY - 1)·ST + K
     // input rows]: 7 rows fit the 14- and 7-high outputs of ImageNet's last two stages exactly;

@@ -96,9 +96,6 @@ pub trait NhwcLane {
         offset: u64,
         stride: u64,
     ) -> [[f32; V]; W];
-    /// A hint that input elements `offset + j·stride .. + V` for each `j < W` where `live[j]`
-    /// will be read: their lines into L2, no value back (offsets are not read where not live).
-    fn prefetch_pixels<const W: usize>(&mut self, live: [bool; W], offset: u64, stride: u64);
     /// Filter element `offset`.
     fn tap(&mut self, offset: u64) -> f32;
     /// The epilogue's bias of output channel `k`, 0 without one.
@@ -119,17 +116,8 @@ const BODY: u8 = 1;
 const TAIL: u8 = 2;
 
 /// One thread's walk down its segment: the taps, the sums of the `S` output rows in flight,
-/// the next input row (loaded a step ahead; the row `AHEAD` rows below it prefetched into L2
-/// where `AHEAD` > 0) and where the next load and store go.
-struct Walk<
-    const K: usize,
-    const ST: usize,
-    const S: usize,
-    const V: usize,
-    const TW: usize,
-    const W: usize,
-    const AHEAD: usize,
-> {
+/// the next input row (loaded a step ahead) and where the next load and store go.
+struct Walk<const K: usize, const ST: usize, const S: usize, const V: usize, const TW: usize, const W: usize> {
     w: [[[f32; V]; K]; K],
     bias: [f32; V],
     acc: [[[f32; V]; TW]; S],
@@ -148,15 +136,8 @@ struct Walk<
     out_offset: u64,
 }
 
-impl<
-    const K: usize,
-    const ST: usize,
-    const S: usize,
-    const V: usize,
-    const TW: usize,
-    const W: usize,
-    const AHEAD: usize,
-> Walk<K, ST, S, V, TW, W, AHEAD>
+impl<const K: usize, const ST: usize, const S: usize, const V: usize, const TW: usize, const W: usize>
+    Walk<K, ST, S, V, TW, W>
 {
     /// The next input row, `more` where the walk still needs one. Interior tiles (every
     /// column inside the image) predicate all `W` loads on one row test.
@@ -173,13 +154,6 @@ impl<
         let row_live = more & ((self.next_y as u32) < p.in_h);
         let live = core::array::from_fn(|j| row_live & (INTERIOR | self.col_live[j]));
         let row = l.load_pixels::<V, W>(live, crate::opaque_u64(self.next_offset), c);
-        if AHEAD > 0 {
-            // Rows past the image (or above it) are another image's or none: not fetched.
-            let ahead_live = ((self.next_y + AHEAD as i32) as u32) < p.in_h;
-            let live = core::array::from_fn(|j| ahead_live & (INTERIOR | self.col_live[j]));
-            let offset = self.next_offset.wrapping_add(AHEAD as u64 * p.in_w as u64 * c);
-            l.prefetch_pixels::<W>(live, crate::opaque_u64(offset), c);
-        }
         self.next_y += 1;
         self.next_offset = self.next_offset.wrapping_add(p.in_w as u64 * c);
         row
@@ -293,9 +267,8 @@ impl<
 /// flight (the loop unrolled by `U = ST·S`), `V` channels and `TW` output columns per thread
 /// (`W = (TW - 1)·ST + K` input columns), `PIN` (each step's sums completed before the next
 /// step, [`crate::pin`]; without it LLVM defers multiply-adds to the store that needs them,
-/// which holds input rows instead: faster for 3x3 and 5x5 filters, slower for 7x7), `AHEAD`
-/// (each step prefetches into L2 the input row `AHEAD` rows below the one it loads; 0: none)
-/// and store mode `MODE`.
+/// which holds input rows instead: faster for 3x3 and 5x5 filters, slower for 7x7) and store
+/// mode `MODE`.
 ///
 /// The segment's rows are rounded up to a multiple of `S` (the rows past its end are computed
 /// and not stored), so its first and last iterations are known at compile time and add
@@ -311,7 +284,6 @@ pub fn channels_last<
     const W: usize,
     const PIN: bool,
     const INTERIOR: bool,
-    const AHEAD: usize,
     const MODE: u32,
     L: NhwcLane,
 >(
@@ -342,7 +314,7 @@ pub fn channels_last<
         .wrapping_mul(p.in_w as u64)
         .wrapping_add(first_col as i64 as u64);
     let out_pixel = (at.image as u64 * p.out_h as u64 + at.first_row as u64) * p.out_w as u64 + at.column as u64;
-    let mut walk = Walk::<K, ST, S, V, TW, W, AHEAD> {
+    let mut walk = Walk::<K, ST, S, V, TW, W> {
         w,
         bias,
         acc: [[[0.0; V]; TW]; S],
@@ -394,16 +366,6 @@ pub(super) mod device {
         }
 
         #[inline(always)]
-        fn prefetch_pixels<const W: usize>(&mut self, live: [bool; W], offset: u64, stride: u64) {
-            // Unrolled: a rolled loop kept `live` in local memory.
-            let at = self.x.wrapping_add(4 * offset);
-            crate::unrolled::<W>(|j| {
-                prefetch_l2_if(live[j], at.wrapping_add(4 * j as u64 * stride));
-                true
-            });
-        }
-
-        #[inline(always)]
         fn tap(&mut self, offset: u64) -> f32 {
             ldg_nc_f32(self.w + 4 * offset)
         }
@@ -440,7 +402,6 @@ pub(super) mod device {
         const W: usize,
         const PIN: bool,
         const INTERIOR: bool,
-        const AHEAD: usize,
         const MODE: u32,
     >(
         p: &DepthwiseNhwcParams,
@@ -448,6 +409,6 @@ pub(super) mod device {
         let thread = block_idx_x() * NHWC_BLOCK_THREADS + thread_idx_x();
         let Some(at) = p.coords(thread, V as u32, TW as u32) else { return };
         let mut lane = GpuLane { x: to_global(p.x), w: to_global(p.w), y: to_global(p.y), epilogue: p.epilogue };
-        super::channels_last::<K, ST, S, U, V, TW, W, PIN, INTERIOR, AHEAD, MODE, _>(&mut lane, p, at);
+        super::channels_last::<K, ST, S, U, V, TW, W, PIN, INTERIOR, MODE, _>(&mut lane, p, at);
     }
 }
