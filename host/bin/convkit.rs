@@ -164,6 +164,11 @@ fn chosen<T: Clone>(
         Some(name) => load(name)?,
         None => Vec::new(),
     };
+    // An empty suite file would otherwise run the default suite in its place.
+    if let (Some(name), true) = (suite, items.is_empty()) {
+        let reason = format!("`{name}` holds no shapes (a suite file lists one per line)");
+        return Err(Error::InvalidShape { field: "suite", reason });
+    }
     items.extend(shapes.iter().cloned());
     Ok((!items.is_empty()).then_some(items))
 }
@@ -1385,5 +1390,20 @@ fn run_bench_fft(device: usize, args: &FftBenchArgs) -> Result<ExitCode, Error> 
     } else {
         eprintln!("convkit: our FFT exceeded its error bound on: {}", bad.join(", "));
         Ok(ExitCode::FAILURE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_suite_is_an_error_not_the_default_suite() {
+        let empty = |_: &str| Ok(Vec::<u32>::new());
+        let err = chosen(&Some("empty.txt".into()), empty, &[]).unwrap_err();
+        assert!(err.to_string().contains("`empty.txt` holds no shapes"), "{err}");
+        assert_eq!(chosen(&None, empty, &[]).unwrap(), None);
+        assert_eq!(chosen(&None, empty, &[3]).unwrap(), Some(vec![3]));
+        assert_eq!(chosen(&Some("s".into()), |_: &str| Ok(vec![1, 2]), &[3]).unwrap(), Some(vec![1, 2, 3]));
     }
 }
