@@ -212,7 +212,8 @@ pub struct LayerResult {
     pub setup_s: f64,
     pub timing_s: f64,
     /// Free device memory (MiB) as the layer began, once our candidates were validated, once
-    /// cuDNN's were built, and after timing: what a layer leaves allocated shows up at the next.
+    /// cuDNN's were built, and after timing. The stream-ordered pool keeps freed memory a while,
+    /// so a drop from one layer's start to the next is a lead to a leak, not proof of one.
     pub free_mib: FreeMemory,
 }
 
@@ -363,7 +364,7 @@ impl Arena {
     /// as the plans need to span `min_bytes` on their own, and at most one per set: a small
     /// layer rotates over hundreds of sets, and a plan can be far larger than its filters (a
     /// depthwise layer's tensor-core panels, 64x), so a plan per set once ran out of device
-    /// memory. Launch `n` runs with plan `n % plans.len()`.
+    /// memory. Launch `n` uses set `n % sets` and plan `(n % sets) % plans.len()`.
     fn plans<P>(
         &mut self,
         min_bytes: usize,
