@@ -20,8 +20,6 @@ use kernels_gpu::{
         DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseOut, DepthwiseProgram, DepthwiseTile, TileBlock,
         channels_program,
         nhwc::{DepthwiseNhwcParams, NhwcLane},
-        patches::PATCH_CHANNELS,
-        patches_program,
         planes::{PLANES_QUANTUM, PlaneBlock},
         planes_program, program,
         rows::RowLane,
@@ -278,7 +276,6 @@ fn run_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, x_aligned: bool, y_aligned: b
         }
         DepthwiseProgram::Channels => unreachable!("channels-last variants run in run_channels_last_on_cpu"),
         DepthwiseProgram::Planes => unreachable!("planes variants run in run_planes_on_cpu"),
-        DepthwiseProgram::Patches => unreachable!("patches variants run in run_patches_on_cpu"),
         DepthwiseProgram::Tiles => {
             let run = program::<CpuBlock>(tile.name).expect("every variant has a program");
             let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
@@ -434,95 +431,6 @@ fn every_planes_variant_computes_the_convolution_on_the_cpu() {
         }
         assert!(ran >= 3, "{}: {ran} maps", tile.name);
     }
-}
-
-/// Runs the patches variant `tile` over the launcher's whole grid for a GPU of `sm_count` SMs
-/// on the CPU with `epilogue` and checks it against the f64 reference followed by the
-/// epilogue; the launch's patch rows.
-fn run_patches_on_cpu(conv: &Conv2d, tile: &DepthwiseTile, sm_count: u32, epilogue: &Epilogue) -> u32 {
-    let geom = conv.geometry().unwrap();
-    let mut t = CpuTensors::new(conv);
-    let (mut p, cfg) = depthwise::patch_params(conv, &geom, tile, sm_count).expect("a layer the variant computes");
-    assert!(cfg.block_dim.0 == p.threads && p.threads.is_multiple_of(32) && p.threads <= 32 * 8);
-    assert!(cfg.shared_mem_bytes as usize <= depthwise::PATCH_MAX_SMEM);
-    p.epilogue = epilogue.params(conv, &geom);
-    (p.epilogue.bias, p.epilogue.residual) = (epilogue.bias as u64, epilogue.residual as u64);
-    let run = patches_program::<CpuBlock>(tile.name).expect("every patches variant has a program");
-    let mut b = CpuBlock { smem: SharedMemory::new(0), mem: t.lane(epilogue) };
-    for block in 0..cfg.grid_dim.0 {
-        b.smem = SharedMemory::new((cfg.shared_mem_bytes / 4) as usize);
-        run(&mut b, &p, block);
-    }
-    t.check(conv, epilogue, &format!("{conv} on {} ({} x {} patches)", tile.name, p.tile_h, p.tile_w));
-    p.tile_h
-}
-
-#[test]
-fn every_patches_variant_computes_the_convolution_on_the_cpu() {
-    let mut rng = SmallRng::seed_from_u64(15);
-    for (i, tile) in DEPTHWISE_FWD_VARIANTS.iter().filter(|t| t.program == DepthwiseProgram::Patches).enumerate() {
-        // Maps as small as the filter, 7 and 14 wide, and ragged ones past a patch (a partial
-        // last item and patch), channel counts of a partial run of 32 and several runs, padding
-        // from 0 to K / 2 on each side; a large GPU (patches of fewer rows) and a one-SM one;
-        // every epilogue.
-        let f = tile.filter as usize;
-        let mut rows = Vec::new();
-        for j in 0..6 {
-            let hw = match j {
-                0 => [f, f],
-                1 => [7, 7],
-                2 => [14, 14],
-                _ => [rng.random_range(f..=40), rng.random_range(f..=40)],
-            };
-            let c = 4 * rng.random_range(1..=20);
-            let mut conv = depthwise_conv(rng.random_range(1..=3), c, hw, f, tile.stride as usize, 1);
-            conv.layout = TensorLayout::Nhwc;
-            conv.pad = [rng.random_range(0..=f / 2), rng.random_range(0..=f / 2)];
-            assert_eq!(depthwise::unsupported(&conv, tile), None, "{conv}");
-            let epilogue = Epilogue {
-                bias: true,
-                activation: Activation::ALL[(i + j) % Activation::ALL.len()],
-                residual: j % 2 == 0,
-                shuffle: j % 3 != 0,
-            };
-            for sm_count in [1000, 1] {
-                rows.push(run_patches_on_cpu(&conv, tile, sm_count, &Epilogue::NONE));
-                run_patches_on_cpu(&conv, tile, sm_count, &epilogue);
-            }
-        }
-        assert!(rows.contains(&1) && rows.iter().any(|&r| r > 2), "{}: patch rows {rows:?}", tile.name);
-    }
-}
-
-#[test]
-fn patches_variants_take_only_what_they_compute() {
-    let named = |name: &str| DEPTHWISE_FWD_VARIANTS.iter().find(|t| t.name == name).unwrap();
-    let tile = named("depthwise_nhwc_patch_k7_s1_r14");
-    let nhwc = |n, c, hw| Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(n, c, [hw, hw], 7, 1, 1) };
-    assert_eq!(depthwise::unsupported(&nhwc(1, 768, 7), tile), None);
-    for (conv, why) in [
-        (nhwc(1, 6, 7), "C not a multiple of 4"),
-        (depthwise_conv(1, 8, [7, 7], 7, 1, 1), "NCHW"),
-        (Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(1, 8, [7, 7], 7, 2, 1) }, "stride 2"),
-        (Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(1, 8, [7, 7], 5, 1, 1) }, "5x5"),
-        (Conv2d { layout: TensorLayout::Nhwc, r: 0, s: 0, ..nhwc(1, 8, 7) }, "no filter"),
-    ] {
-        assert!(depthwise::unsupported(&conv, tile).is_some(), "{why}");
-    }
-    // ConvNeXt's 7x7 layers: whole 7x7 and 14x14 maps per patch at N = 32 (a 14x14 patch's
-    // 20 x 20 x 32 floats are 51 200 bytes), N = 1 halves the rows down to 1 on 132 SMs.
-    let grid = |n, c, hw| depthwise::patch_grid(&nhwc(n, c, hw), tile, 132).unwrap();
-    let g = grid(32, 768, 7);
-    assert_eq!((g.tile, g.halo, g.runs, g.blocks, g.items, g.threads), ([7, 7], [13, 13], 24, 768, 7, 224));
-    let g = grid(32, 384, 14);
-    assert_eq!((g.tile, g.halo, g.blocks, g.items, g.threads), ([14, 14], [20, 20], 384, 28, 256));
-    let g = grid(1, 768, 7);
-    assert_eq!((g.tile, g.tiles, g.blocks, g.threads), ([1, 7], [7, 1], 168, 32));
-    let g = grid(1, 96, 56);
-    assert_eq!((g.tile, g.tiles, g.runs, g.blocks), ([2, 14], [28, 4], 3, 336));
-    assert_eq!(PATCH_CHANNELS, 32);
-    let seven = named("depthwise_nhwc_patch_k7_s1_r7");
-    assert_eq!(depthwise::patch_grid(&nhwc(32, 384, 14), seven, 132).unwrap().tile, [7, 14]);
 }
 
 #[test]
@@ -772,9 +680,7 @@ fn channels_last_variants_take_only_what_they_compute() {
     assert!(depthwise::unsupported(&depthwise_conv(2, 8, [20, 20], 3, 1, 1), c2).is_some(), "NCHW");
     assert!(depthwise::unsupported(&nhwc(8, 3, 2), c2).is_some(), "stride 2");
     // NCHW variants refuse channels-last layers, and the NCHW kernels do.
-    let nchw_variants = DEPTHWISE_FWD_VARIANTS
-        .iter()
-        .filter(|t| !matches!(t.program, DepthwiseProgram::Channels | DepthwiseProgram::Patches));
+    let nchw_variants = DEPTHWISE_FWD_VARIANTS.iter().filter(|t| t.program != DepthwiseProgram::Channels);
     for tile in nchw_variants {
         assert!(depthwise::unsupported(&nhwc(8, tile.filter as usize, tile.stride as usize), tile).is_some());
     }

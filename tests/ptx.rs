@@ -10,7 +10,7 @@ use kernels_gpu::{
     conv::{
         depthwise::{
             DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseProgram, nhwc::DepthwiseNhwcParams,
-            patches::DepthwisePatchParams, planes::DepthwisePlanesParams,
+            planes::DepthwisePlanesParams,
         },
         direct::{DIRECT_FWD_VARIANTS, DirectFwdParams},
         epilogue::{EPILOGUE_KERNEL, EpiloguePassParams},
@@ -41,7 +41,6 @@ fn kernels() -> Vec<(&'static str, usize)> {
         let params = match t.program {
             DepthwiseProgram::Channels => size_of::<DepthwiseNhwcParams>(),
             DepthwiseProgram::Planes => size_of::<DepthwisePlanesParams>(),
-            DepthwiseProgram::Patches => size_of::<DepthwisePatchParams>(),
             DepthwiseProgram::Tiles | DepthwiseProgram::Rows => size_of::<DepthwiseFwdParams>(),
         };
         let mut entries = t.entries.all().to_vec();

@@ -1,9 +1,8 @@
 //! Launcher of the depthwise convolution (`kernels-gpu/src/conv/depthwise.rs`): groups = C,
 //! K = C or 2C, square 3x3 ... 9x9 filters, stride 1 or 2, no dilation; whole planes per block
 //! for small maps (`kernels-gpu/src/conv/depthwise/planes.rs`); channels last (NHWC,
-//! `kernels-gpu/src/conv/depthwise/nhwc.rs`): K = C, 3x3, 5x5 and 7x7, and for small launches
-//! patches in shared memory (`kernels-gpu/src/conv/depthwise/patches.rs`). Other NCHW layers
-//! run the direct kernel ([`super::direct`]), other NHWC layers cuDNN.
+//! `kernels-gpu/src/conv/depthwise/nhwc.rs`): K = C, 3x3, 5x5 and 7x7. Other NCHW layers run
+//! the direct kernel ([`super::direct`]), other NHWC layers cuDNN.
 
 use super::epilogue::{Epilogue, EpilogueArgs};
 use crate::{Conv2d, ConvGeometry, Error, Gpu, Result, TensorLayout};
@@ -14,7 +13,6 @@ use kernels_gpu::{
         BLOCK_THREADS, COPY_VECTORS, DEPTHWISE_FWD_VARIANTS, DepthwiseFwdParams, DepthwiseProgram, DepthwiseTile,
         STORE_VECTORS,
         nhwc::{DepthwiseNhwcParams, NHWC_BLOCK_THREADS},
-        patches::{DepthwisePatchParams, PATCH_CHANNELS},
         planes::{DepthwisePlanesParams, PLANE_PX, PLANES_QUANTUM, PlanesLayout},
         rows::{ROW_PX, ROWS_WARPS},
     },
@@ -68,18 +66,6 @@ pub fn unsupported(conv: &Conv2d, tile: &DepthwiseTile) -> Option<&'static str> 
             }
             if channels_grid(conv, tile, None).is_none() {
                 return Some("more than 2^31 - 1 threads");
-            }
-            return None;
-        }
-        if tile.program == DepthwiseProgram::Patches {
-            if conv.layout != TensorLayout::Nhwc {
-                return Some("the patches variants take NHWC tensors");
-            }
-            if !conv.c.is_multiple_of(4) {
-                return Some("the patches variants copy 16-byte pieces: C a multiple of 4");
-            }
-            if patch_grid(conv, tile, 1).is_none() {
-                return Some("a patch of one output row past 64 KB of shared memory, or more than 2^31 - 1 blocks");
             }
             return None;
         }
@@ -183,109 +169,6 @@ fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile, wave: Option<usize>) -> Op
     }
     let threads = threads(segment)?;
     (threads <= i32::MAX as usize).then_some((segment, threads))
-}
-
-/// Most shared memory a `Patches` block takes, so that several fit an SM.
-pub const PATCH_MAX_SMEM: usize = 64 << 10;
-/// Blocks per SM below which a `Patches` launch halves its patches' rows (N = 1 layers would
-/// otherwise leave SMs idle; each halving adds `(K - ST)` halo rows per patch, from L2).
-pub const PATCH_MIN_BLOCKS_PER_SM: usize = 2;
-/// Items (rows of a variant's `tile_w` outputs) across a patch at most.
-pub const PATCH_MAX_ITEMS_ACROSS: usize = 2;
-/// Warps of a `Patches` block at most (a block's items are shared out among them).
-pub const PATCH_MAX_WARPS: usize = 8;
-
-/// A `Patches` launch: the patch in outputs and input pixels, patches down and across, runs
-/// of [`PATCH_CHANNELS`] channels, blocks, items per patch and threads per block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PatchGrid {
-    pub tile: [usize; 2],
-    pub halo: [usize; 2],
-    pub tiles: [usize; 2],
-    pub runs: usize,
-    pub blocks: usize,
-    pub items: usize,
-    pub threads: usize,
-}
-
-/// The `Patches` launch of `tile` (a variant for the layer's filter and stride) on a GPU of
-/// `sm_count` SMs: patches of up to two items across and the variant's `tile_h` rows, those
-/// halved until a block fits [`PATCH_MAX_SMEM`] and the launch has
-/// [`PATCH_MIN_BLOCKS_PER_SM`] blocks per SM. `None` for a layer without a geometry, a patch
-/// of one row past the shared memory or more than 2^31 - 1 blocks.
-pub fn patch_grid(conv: &Conv2d, tile: &DepthwiseTile, sm_count: u32) -> Option<PatchGrid> {
-    let geom = conv.geometry().ok()?;
-    let (k, st, tw) = (tile.filter as usize, tile.stride as usize, tile.tile_w as usize);
-    let halo = |outputs: usize| (outputs - 1) * st + k;
-    let tile_w = geom.out_w.next_multiple_of(tw).min(PATCH_MAX_ITEMS_ACROSS * tw);
-    let runs = conv.c.div_ceil(PATCH_CHANNELS as usize);
-    let blocks = |rows: usize| {
-        [geom.out_h.div_ceil(rows), geom.out_w.div_ceil(tile_w), runs].into_iter().try_fold(conv.n, usize::checked_mul)
-    };
-    let smem = |rows: usize| DepthwisePatchParams::smem_bytes(halo(rows) as u32, halo(tile_w) as u32) as usize;
-    let mut rows = (tile.tile_h as usize).min(geom.out_h);
-    while rows > 1 && (smem(rows) > PATCH_MAX_SMEM || blocks(rows)? < PATCH_MIN_BLOCKS_PER_SM * sm_count as usize) {
-        rows = rows.div_ceil(2);
-    }
-    let total = blocks(rows)?;
-    if smem(rows) > PATCH_MAX_SMEM || total > i32::MAX as usize {
-        return None;
-    }
-    let items = rows * tile_w / tw;
-    Some(PatchGrid {
-        tile: [rows, tile_w],
-        halo: [halo(rows), halo(tile_w)],
-        tiles: [geom.out_h.div_ceil(rows), geom.out_w.div_ceil(tile_w)],
-        runs,
-        blocks: total,
-        items,
-        threads: 32 * items.min(PATCH_MAX_WARPS),
-    })
-}
-
-/// A `Patches` launch for `conv` with `tile` (a variant that computes it) on a GPU of
-/// `sm_count` SMs: the parameters (addresses filled in at launch) and the grid.
-pub fn patch_params(
-    conv: &Conv2d,
-    geom: &ConvGeometry,
-    tile: &DepthwiseTile,
-    sm_count: u32,
-) -> Option<(DepthwisePatchParams, LaunchConfig)> {
-    let g = patch_grid(conv, tile, sm_count)?;
-    // `patch_grid` bounded the blocks to 31 bits; `Conv2d::geometry` the extents to 32.
-    let u = |v: usize| v as u32;
-    let magic = |d: usize| MagicDiv::new(d as u32).expect("validated extents are non-zero");
-    let params = DepthwisePatchParams {
-        x: 0,
-        w: 0,
-        y: 0,
-        in_h: u(conv.h),
-        in_w: u(conv.w),
-        out_h: u(geom.out_h),
-        out_w: u(geom.out_w),
-        pad_h: conv.pad[0] as i32,
-        pad_w: conv.pad[1] as i32,
-        channels: u(conv.c),
-        tile_h: u(g.tile[0]),
-        tile_w: u(g.tile[1]),
-        halo_h: u(g.halo[0]),
-        halo_w: u(g.halo[1]),
-        items: u(g.items),
-        threads: u(g.threads),
-        _pad: 0,
-        channel_runs: magic(g.runs),
-        tiles_w: magic(g.tiles[1]),
-        tiles_h: magic(g.tiles[0]),
-        halo_cols: magic(g.halo[1]),
-        item_cols: magic(g.tile[1] / tile.tile_w as usize),
-        epilogue: Epilogue::NONE.params(conv, geom),
-    };
-    let cfg = LaunchConfig {
-        grid_dim: (u(g.blocks), 1, 1),
-        block_dim: (u(g.threads), 1, 1),
-        shared_mem_bytes: DepthwisePatchParams::smem_bytes(u(g.halo[0]), u(g.halo[1])),
-    };
-    Some((params, cfg))
 }
 
 /// Input height and width up to which the heuristic takes a `Planes` variant over the tiles.
@@ -464,9 +347,7 @@ pub fn params(
         // A layer the variant does not compute gets a grid of one row (the launcher refuses it).
         DepthwiseProgram::Rows => (row_lanes(conv), rows_grid(conv).map_or(1, |(segment, _)| segment)),
         // Channels-last variants take `channels_params`; tiles need none of these.
-        DepthwiseProgram::Tiles | DepthwiseProgram::Channels | DepthwiseProgram::Planes | DepthwiseProgram::Patches => {
-            (1, 1)
-        }
+        DepthwiseProgram::Tiles | DepthwiseProgram::Channels | DepthwiseProgram::Planes => (1, 1),
     };
     DepthwiseFwdParams {
         x: 0,
@@ -596,7 +477,6 @@ pub fn forward_fused(
     let grid = match tile.program {
         DepthwiseProgram::Channels => return forward_channels_last(gpu, stream, conv, &geom, tile, x, w, y, epilogue),
         DepthwiseProgram::Planes => return forward_planes(gpu, stream, conv, &geom, tile, x, w, y, epilogue),
-        DepthwiseProgram::Patches => return forward_patches(gpu, stream, conv, &geom, tile, x, w, y, epilogue),
         DepthwiseProgram::Tiles => {
             let [down, across] = tile.tiles(geom.out_h as u64, geom.out_w as u64);
             let grid_x = u32::try_from(down * across)
@@ -664,33 +544,6 @@ fn forward_planes(
     // Safety: the buffers are checked to hold exactly the shape's extents; they are 16-byte
     // aligned (the caller ran the tiles otherwise); `unsupported` bounded every offset, the last
     // block's unused planes included, to 31 bits, and the copies read no element past `x_len`.
-    unsafe { launch_checked(gpu, stream, conv, geom, tile, cfg, p, set, x, w, y, epilogue) }
-}
-
-/// [`forward_fused`] of a `Patches` variant (that computes `conv`). An input not 16-byte
-/// aligned runs the heuristic's channels-last walk for the buffers' alignment.
-#[allow(clippy::too_many_arguments)] // forward_fused's, and the geometry
-fn forward_patches(
-    gpu: &Gpu,
-    stream: &CudaStream,
-    conv: &Conv2d,
-    geom: &ConvGeometry,
-    tile: &DepthwiseTile,
-    x: &impl DevicePtr<f32>,
-    w: &impl DevicePtr<f32>,
-    y: &mut impl DevicePtrMut<f32>,
-    epilogue: &EpilogueArgs,
-) -> Result<()> {
-    if !x.device_ptr(stream).0.is_multiple_of(16) {
-        let walk = channels_variant(conv, 16)
-            .ok_or(Error::UnsupportedTile { tile: tile.name, reason: "no channels-last walk for the layer" })?;
-        return forward_channels_last(gpu, stream, conv, geom, &walk, x, w, y, epilogue);
-    }
-    let (p, cfg) = patch_params(conv, geom, tile, gpu.sm_count()).expect("unsupported() checked the patches grid");
-    let set = |p: &mut DepthwisePatchParams, [x, w, y]: [u64; 3], e| (p.x, p.w, p.y, p.epilogue) = (x, w, y, e);
-    // Safety: the buffers are checked to hold exactly the shape's extents; x is 16-byte aligned
-    // and C a multiple of 4, so every 16-byte copy lies within one pixel; the stores and the
-    // residual's loads are 4 bytes, at offsets inside the output (each tested per element).
     unsafe { launch_checked(gpu, stream, conv, geom, tile, cfg, p, set, x, w, y, epilogue) }
 }
 

@@ -568,7 +568,6 @@ impl<'g> Bench<'g> {
             let name = tile.name.trim_start_matches("depthwise_").to_owned();
             let notes = match tile.program {
                 DepthwiseProgram::Channels => format!("f32 FMA, NHWC, {} channels per thread", tile.lane_channels),
-                DepthwiseProgram::Patches => format!("f32 FMA, NHWC, patches of up to {} rows", tile.tile_h),
                 _ => format!("f32 FMA, {}x{} tiles", tile.tile_h, tile.tile_w),
             };
             let mut candidate = Candidate::new(name, Source::Convkit, MathClass::Exact, notes, 0);

@@ -28,7 +28,6 @@ use crate::MagicDiv;
 use bytemuck::{Pod, Zeroable};
 
 pub mod nhwc;
-pub mod patches;
 pub mod planes;
 pub mod rows;
 
@@ -106,11 +105,6 @@ pub enum DepthwiseProgram {
     /// output planes (16-byte aligned tensors; elsewhere the launcher runs the layer's `Tiles`
     /// variant).
     Planes,
-    /// Channels last (NHWC tensors, multiplier 1) for small launches: a patch of at most
-    /// `tile_h` output rows of one image and 32 channels per block, its input in shared memory
-    /// ([`patches`]); `tile_w` adjacent outputs per item of a warp, one channel per lane
-    /// (16-byte aligned input, C a multiple of 4).
-    Patches,
 }
 
 /// One variant: filter size, stride and channel multiplier it computes, and its output tile.
@@ -219,13 +213,11 @@ impl DepthwiseTile {
     /// Whether the variant's shape is one the program handles: whole thread rows, whole
     /// planes per block, a window that fits the register array.
     pub const fn is_well_formed(&self) -> bool {
-        matches!(
-            self.program,
-            DepthwiseProgram::Rows | DepthwiseProgram::Channels | DepthwiseProgram::Planes | DepthwiseProgram::Patches
-        ) || self.tile_w.is_multiple_of(PX)
-            && self.tile_h.is_multiple_of(RY)
-            && BLOCK_THREADS.is_multiple_of(self.threads_per_plane())
-            && self.window() <= MAX_WINDOW as u32
+        matches!(self.program, DepthwiseProgram::Rows | DepthwiseProgram::Channels | DepthwiseProgram::Planes)
+            || self.tile_w.is_multiple_of(PX)
+                && self.tile_h.is_multiple_of(RY)
+                && BLOCK_THREADS.is_multiple_of(self.threads_per_plane())
+                && self.window() <= MAX_WINDOW as u32
     }
 }
 
@@ -519,8 +511,7 @@ macro_rules! depthwise_fwd_variants {
         tiles: [$(($name:ident, $k:literal, $st:literal, $m:literal, $th:literal, $tw:literal)),* $(,)?],
         rows: [$(($r_name:ident, $r_m:literal, [$r_k:literal, $r_h:literal, $r_st:literal, $r_n:literal, $r_r:literal, $r_s:literal, $r_d:literal, $r_pin:literal])),* $(,)?],
         channels: [$(($c_name:ident, [$c_k:literal, $c_st:literal, $c_s:literal, $c_u:literal, $c_v:literal, $c_tw:literal, $c_w:literal, $c_pin:literal, $c_in:literal])),* $(,)?],
-        planes: [$(($p_name:ident, [$p_k:literal, $p_st:literal, $p_m:literal, $p_ry:literal, $p_win:literal, $p_ir:literal])),* $(,)?],
-        patches: [$(($q_name:ident, [$q_k:literal, $q_st:literal, $q_tw:literal, $q_win:literal, $q_rows:literal])),* $(,)?] $(,)?
+        planes: [$(($p_name:ident, [$p_k:literal, $p_st:literal, $p_m:literal, $p_ry:literal, $p_win:literal, $p_ir:literal])),* $(,)?] $(,)?
     ) => {
         /// Every variant in the PTX, by entry-point name.
         pub const DEPTHWISE_FWD_VARIANTS: &[DepthwiseTile] = &[
@@ -543,10 +534,6 @@ macro_rules! depthwise_fwd_variants {
                 name: stringify!($p_name), program: DepthwiseProgram::Planes, entries: crate::mode_entries!($p_name),
                 filter: $p_k, stride: $p_st, multiplier: $p_m, tile_h: $p_ry, tile_w: planes::PLANE_PX as u32,
                 lane_channels: 1,
-            },)*
-            $(DepthwiseTile {
-                name: stringify!($q_name), program: DepthwiseProgram::Patches, entries: crate::mode_entries!($q_name),
-                filter: $q_k, stride: $q_st, multiplier: 1, tile_h: $q_rows, tile_w: $q_tw, lane_channels: 1,
             },)*
         ];
 
@@ -590,17 +577,6 @@ macro_rules! depthwise_fwd_variants {
             }
         }
 
-        /// The block program of the `Patches` variant named `name` in store mode `mode`, for a
-        /// [`planes::PlaneBlock`] of the caller's (the host's tests run it on the CPU).
-        pub fn patches_program<B: planes::PlaneBlock>(name: &str) -> Option<fn(&mut B, &patches::DepthwisePatchParams, u32)> {
-            match name {
-                $(stringify!($q_name) => Some(|b, p, block| {
-                    crate::by_mode!(p.epilogue, MODE => patches::patches::<$q_k, $q_st, $q_tw, $q_win, MODE, B>(b, p, block))
-                }),)*
-                _ => None,
-            }
-        }
-
         #[cfg(target_arch = "nvptx64")]
         mod entry {
             use crate::prelude::{block_idx_x, block_idx_z};
@@ -614,7 +590,6 @@ macro_rules! depthwise_fwd_variants {
             $(crate::mode_entry_points!($r_name, super::DepthwiseFwdParams, super::device::rows_kernel, [$r_k, $r_h, $r_st, $r_n, $r_r, $r_s, $r_m, $r_d, $r_pin]);)*
             $(crate::mode_entry_points!($c_name, super::nhwc::DepthwiseNhwcParams, super::nhwc::device::kernel, [$c_k, $c_st, $c_s, $c_u, $c_v, $c_tw, $c_w, $c_pin, $c_in]);)*
             $(crate::mode_entry_points!($p_name, super::planes::DepthwisePlanesParams, super::planes::device::kernel, [$p_k, $p_st, $p_m, $p_ry, $p_win, $p_ir]);)*
-            $(crate::mode_entry_points!($q_name, super::patches::DepthwisePatchParams, super::patches::device::kernel, [$q_k, $q_st, $q_tw, $q_win]);)*
         }
     };
 }
@@ -715,18 +690,6 @@ depthwise_fwd_variants!(
         (depthwise_planes_k7_s1_m1, [7, 1, 1, 7, 10, 13]),
         (depthwise_planes_k3_s1_m2, [3, 1, 2, 7, 6, 9]),
         (depthwise_planes_k5_s1_m2, [5, 1, 2, 7, 8, 11]),
-    ],
-    // [K, ST, TW outputs per item, WIN = (TW - 1)·ST + K, most output rows per patch]: items
-    // of 7 fit every map of the suites (7 to 112 wide); patches of 14 and 7 rows for 7x7 at
-    // stride 1 (ConvNeXt) to be timed against each other.
-    patches: [
-        (depthwise_nhwc_patch_k7_s1_r14, [7, 1, 7, 13, 14]),
-        (depthwise_nhwc_patch_k7_s1_r7, [7, 1, 7, 13, 7]),
-        (depthwise_nhwc_patch_k7_s2, [7, 2, 7, 19, 7]),
-        (depthwise_nhwc_patch_k5_s1, [5, 1, 7, 11, 14]),
-        (depthwise_nhwc_patch_k5_s2, [5, 2, 7, 17, 7]),
-        (depthwise_nhwc_patch_k3_s1, [3, 1, 7, 9, 14]),
-        (depthwise_nhwc_patch_k3_s2, [3, 2, 7, 15, 7]),
     ],
 );
 
