@@ -705,17 +705,26 @@ fn channels_last_variants_take_only_what_they_compute() {
 }
 
 #[test]
-fn channels_last_segments_shorten_for_small_launches() {
+fn channels_last_segment_lengths() {
     let layer = |n, c, hw| {
         let conv = Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(n, c, [hw, hw], 3, 1, 1) };
         let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
         depthwise::channels_params(&conv, &conv.geometry().unwrap(), &tile, None)
     };
-    // N = 64: 14-row segments (112 / 8) rounded up to the 3 rows a step feeds; N = 1: as
-    // short as it takes to reach the threshold, in multiples of 3 all the same.
+    // A 3x3 step takes 3 input rows (2 at stride 2, 3 for 5x5 at stride 2): one step per
+    // segment at any size.
     let large = layer(64, 32, 112);
-    assert_eq!(large.segment_rows, 15);
+    assert_eq!(large.segment_rows, 3);
     assert!(large.threads as usize >= depthwise::MIN_CHANNELS_THREADS);
+    let step_rows = |filter, stride| {
+        let conv = Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(64, 96, [112, 112], filter, stride, 1) };
+        let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
+        depthwise::channels_params(&conv, &conv.geometry().unwrap(), &tile, None).segment_rows
+    };
+    assert_eq!(step_rows(3, 2), 2);
+    assert_eq!(step_rows(5, 2), 3);
+    // 5x5 at stride 1 (5 rows a step) keeps 14-row segments (112 / 8), rounded up to 15.
+    assert_eq!(step_rows(5, 1), 15);
     // Parameters of a layer no variant computes are no panic (a zero-tap filter here).
     let empty = Conv2d { r: 0, s: 0, ..depthwise_conv(1, 8, [8, 8], 3, 1, 1) };
     let tile = DEPTHWISE_FWD_VARIANTS.iter().find(|t| t.program == DepthwiseProgram::Channels).unwrap();
@@ -723,7 +732,7 @@ fn channels_last_segments_shorten_for_small_launches() {
     let geom = depthwise_conv(1, 8, [8, 8], 3, 1, 1).geometry().unwrap();
     assert_eq!(depthwise::channels_params(&empty, &geom, tile, None).threads, 0);
     let small = layer(1, 32, 112);
-    assert!(small.segment_rows < 15 && small.segment_rows.is_multiple_of(3), "{}", small.segment_rows);
+    assert_eq!(small.segment_rows, 3);
     // A 7x7 layer's segments are as long as a 3x3 one's, in multiples of 7, and a small launch
     // of them stops halving at 7 rows.
     let convnext = |n, hw| {

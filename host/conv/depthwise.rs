@@ -135,12 +135,23 @@ pub const MIN_CHANNELS_THREADS: usize = 64 << 10;
 /// keeps its segments however few its threads: halving them would double the rounds of blocks
 /// for the same outputs plus their halo rows. H200, ConvNeXt's 14-wide 7x7 layer (N = 32, 384
 /// blocks of a 396-block wave): 0.0177 ms in 7-row segments, 0.0163 in 14-row ones (three runs
-/// each). The suite's 3x3 layers that halve fill 58-91% of their waves and were not timed
-/// whole, so they keep halving.
+/// each).
 pub const FULL_WAVE_PERCENT: usize = 95;
 
-/// A `Channels` launch: output rows per thread and threads. Segments of at most
-/// [`SEGMENT_ROWS`], halved while the launch has fewer than [`MIN_CHANNELS_THREADS`] threads
+/// Input rows a channels-last step may take (`ceil(K / stride)`) for the launch to use the
+/// shortest segments, one step each, whatever its size. A thread walks its segment as a chain
+/// of dependent loads, so more and shorter chains hide more latency, while the extra halo rows
+/// they read come from L2. H100, every N = 64 layer of the depthwise suite, 14-row segments
+/// against one step (ms): 3x3 stride 1 c32-112 0.081 / 0.073, c144-56 0.093 / 0.084, c576-14
+/// 0.029 / 0.025; 3x3 stride 2 c96-112 0.141 / 0.129 (8, 4 and 28 rows: 0.139, 0.131, 0.148),
+/// c192-28 0.024 / 0.021; 5x5 stride 2 c144-56 0.059 / 0.057; no 3x3 layer slower. At 5 rows
+/// a step (5x5 stride 1) one step was slower: c240-28 0.045 / 0.048, c480-14 0.025 / 0.027; at
+/// 7 (ConvNeXt) within 1%.
+pub const SHORTEST_SEGMENT_FED: usize = 3;
+
+/// A `Channels` launch: output rows per thread and threads. One step's rows (`S` below) where
+/// a step takes at most [`SHORTEST_SEGMENT_FED`] input rows and that many threads fit a launch;
+/// otherwise segments of at most [`SEGMENT_ROWS`], halved while the launch has fewer than [`MIN_CHANNELS_THREADS`] threads
 /// and, where `wave` gives the blocks the GPU holds at once, fills less than
 /// [`FULL_WAVE_PERCENT`] of it (without `wave`, the most threads a launch can take), down to
 /// `S = ceil(K / stride)` rows, each rounded up to a multiple of `S`: the program computes a
@@ -158,6 +169,12 @@ fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile, wave: Option<usize>) -> Op
         .checked_mul(conv.c / tile.lane_channels as usize)?;
     let threads = |segment: usize| per_segment.checked_mul(geom.out_h.div_ceil(segment));
     let fed = (tile.filter as usize).div_ceil(tile.stride as usize);
+    let fits = |threads: &usize| *threads <= i32::MAX as usize;
+    if fed <= SHORTEST_SEGMENT_FED
+        && let Some(threads) = threads(fed).filter(fits)
+    {
+        return Some((fed, threads));
+    }
     let even = |most: usize| geom.out_h.div_ceil(geom.out_h.div_ceil(most.max(1))).next_multiple_of(fed);
     let mut segment = even(SEGMENT_ROWS);
     let short = |threads: usize| {
@@ -167,8 +184,7 @@ fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile, wave: Option<usize>) -> Op
     while segment > fed && short(threads(segment)?) {
         segment = even(segment / 2);
     }
-    let threads = threads(segment)?;
-    (threads <= i32::MAX as usize).then_some((segment, threads))
+    threads(segment).filter(fits).map(|threads| (segment, threads))
 }
 
 /// Input height and width up to which the heuristic takes a `Planes` variant over the tiles.
