@@ -725,6 +725,10 @@ fn channels_last_segment_lengths() {
     assert_eq!(step_rows(5, 2), 3);
     // 5x5 at stride 1 (5 rows a step) keeps 14-row segments (112 / 8), rounded up to 15.
     assert_eq!(step_rows(5, 1), 15);
+    // Where one step per thread would pass 2^31 - 1 threads (here 2.9e9), the launch takes
+    // the longer segments instead (1024 / 74 rounded up to 15: 5.9e8 threads).
+    let huge = layer(64, 1024, 1024);
+    assert_eq!((huge.segment_rows, huge.threads), (15, 64 * 256 * 512 * 69));
     // Parameters of a layer no variant computes are no panic (a zero-tap filter here).
     let empty = Conv2d { r: 0, s: 0, ..depthwise_conv(1, 8, [8, 8], 3, 1, 1) };
     let tile = DEPTHWISE_FWD_VARIANTS.iter().find(|t| t.program == DepthwiseProgram::Channels).unwrap();

@@ -149,17 +149,17 @@ pub const FULL_WAVE_PERCENT: usize = 95;
 /// 7 (ConvNeXt) within 1%.
 pub const SHORTEST_SEGMENT_FED: usize = 3;
 
-/// A `Channels` launch: output rows per thread and threads. One step's rows (`S` below) where
-/// a step takes at most [`SHORTEST_SEGMENT_FED`] input rows and that many threads fit a launch;
-/// otherwise segments of at most [`SEGMENT_ROWS`], halved while the launch has fewer than [`MIN_CHANNELS_THREADS`] threads
-/// and, where `wave` gives the blocks the GPU holds at once, fills less than
-/// [`FULL_WAVE_PERCENT`] of it (without `wave`, the most threads a launch can take), down to
-/// `S = ceil(K / stride)` rows, each rounded up to a multiple of `S`: the program computes a
+/// A `Channels` launch: output rows per thread and threads. One step's rows (`S` below) where a
+/// step takes at most [`SHORTEST_SEGMENT_FED`] input rows and that many threads fit a launch;
+/// otherwise segments of at most [`SEGMENT_ROWS`], halved while the launch has fewer than
+/// [`MIN_CHANNELS_THREADS`] threads and, where `wave` gives the blocks the GPU holds at once, fills
+/// less than [`FULL_WAVE_PERCENT`] of it (without `wave`, the most threads a launch can take), down
+/// to `S = ceil(K / stride)` rows, each rounded up to a multiple of `S`: the program computes a
 /// segment's rows in such multiples, so a shorter one costs as much as `S` rows (H200, e157bd3:
-/// halving ConvNeXt's 7-high 7x7 layer to 3-row segments took it from 0.013 to 0.028 ms, its
-/// N = 1 56-wide one from 0.009 to 0.018). With no multiply-add spent outside a segment since
-/// the channels-last walk's first and last iterations are compiled apart, 7x7 layers no longer
-/// take longer ones (the 56-wide ConvNeXt layer: 14 rows 0.0539 ms, 21 rows 0.0575).
+/// halving ConvNeXt's 7-high 7x7 layer to 3-row segments took it from 0.013 to 0.028 ms, its N = 1
+/// 56-wide one from 0.009 to 0.018). With no multiply-add spent outside a segment since the
+/// channels-last walk's first and last iterations are compiled apart, 7x7 layers no longer take
+/// longer ones (the 56-wide ConvNeXt layer: 14 rows 0.0539 ms, 21 rows 0.0575).
 /// `None` for a layer without a geometry or past 2^31 - 1 threads.
 fn channels_grid(conv: &Conv2d, tile: &DepthwiseTile, wave: Option<usize>) -> Option<(usize, usize)> {
     let geom = conv.geometry().ok()?;
