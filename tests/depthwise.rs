@@ -706,28 +706,24 @@ fn channels_last_variants_take_only_what_they_compute() {
 
 #[test]
 fn channels_last_segment_lengths() {
-    let layer = |n, c, hw| {
-        let conv = Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(n, c, [hw, hw], 3, 1, 1) };
+    let layer = |n, c, hw, filter, stride| {
+        let conv = Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(n, c, [hw, hw], filter, stride, 1) };
         let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
         depthwise::channels_params(&conv, &conv.geometry().unwrap(), &tile, None)
     };
     // A 3x3 step takes 3 input rows (2 at stride 2, 3 for 5x5 at stride 2): one step per
     // segment at any size.
-    let large = layer(64, 32, 112);
+    let large = layer(64, 32, 112, 3, 1);
     assert_eq!(large.segment_rows, 3);
     assert!(large.threads as usize >= depthwise::MIN_CHANNELS_THREADS);
-    let step_rows = |filter, stride| {
-        let conv = Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(64, 96, [112, 112], filter, stride, 1) };
-        let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
-        depthwise::channels_params(&conv, &conv.geometry().unwrap(), &tile, None).segment_rows
-    };
+    let step_rows = |filter, stride| layer(64, 96, 112, filter, stride).segment_rows;
     assert_eq!(step_rows(3, 2), 2);
     assert_eq!(step_rows(5, 2), 3);
     // 5x5 at stride 1 (5 rows a step) keeps 14-row segments (112 / 8), rounded up to 15.
     assert_eq!(step_rows(5, 1), 15);
     // Where one step per thread would pass 2^31 - 1 threads (here 2.9e9), the launch takes
     // the longer segments instead (1024 / 74 rounded up to 15: 5.9e8 threads).
-    let huge = layer(64, 1024, 1024);
+    let huge = layer(64, 1024, 1024, 3, 1);
     assert_eq!((huge.segment_rows, huge.threads), (15, 64 * 256 * 512 * 69));
     // Parameters of a layer no variant computes are no panic (a zero-tap filter here).
     let empty = Conv2d { r: 0, s: 0, ..depthwise_conv(1, 8, [8, 8], 3, 1, 1) };
@@ -735,15 +731,11 @@ fn channels_last_segment_lengths() {
     assert!(depthwise::unsupported(&empty, tile).is_some());
     let geom = depthwise_conv(1, 8, [8, 8], 3, 1, 1).geometry().unwrap();
     assert_eq!(depthwise::channels_params(&empty, &geom, tile, None).threads, 0);
-    let small = layer(1, 32, 112);
+    let small = layer(1, 32, 112, 3, 1);
     assert_eq!(small.segment_rows, 3);
-    // A 7x7 layer's segments are as long as a 3x3 one's, in multiples of 7, and a small launch
-    // of them stops halving at 7 rows.
-    let convnext = |n, hw| {
-        let conv = Conv2d { layout: TensorLayout::Nhwc, ..depthwise_conv(n, 96, [hw, hw], 7, 1, 1) };
-        let tile = depthwise::choose_tile(&conv, &conv.geometry().unwrap()).unwrap();
-        depthwise::channels_params(&conv, &conv.geometry().unwrap(), &tile, None).segment_rows
-    };
+    // A 7x7 layer keeps 14-row segments, in multiples of 7, and a small launch of them stops
+    // halving at 7 rows.
+    let convnext = |n, hw| layer(n, 96, hw, 7, 1).segment_rows;
     assert_eq!(convnext(32, 56), 14);
     assert_eq!(convnext(1, 56), 7);
     assert_eq!(convnext(32, 7), 7);
