@@ -17,9 +17,10 @@ use convkit::{
 use kernels_gpu::{
     cgemm::{
         CGEMM_THREADS, CgemmShape, DOT_LANES, LARGE_BK, MmaTile, Products, STAGE_ELEMENTS, ThreadCoords, large_element,
-        tensor::{STAGES, split_tf32},
+        tensor::STAGES,
     },
     random::mix,
+    tf32::split_tf32,
 };
 use rand::Rng;
 

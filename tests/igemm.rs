@@ -21,6 +21,7 @@ use kernels_gpu::{
             PixelTile, Precision, STORE_VECTORS, WARPS, conflict_free_stride, spatial,
         },
     },
+    tf32::split_tf32,
     verify::Tolerance,
 };
 use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -211,6 +212,45 @@ fn run_flat_on_cpu(conv: &Conv2d, tile: &IgemmTile, [x_aligned, y_aligned]: [boo
     assert_within_bound(&y, &truth, bound, &format!("{conv} on {}", tile.name));
 }
 
+/// The 3xTF32 input split (`split_tf32`, the kernels' own): the value is TF32, to nearest
+/// with ties away from zero; value plus residual is the input exactly; and with the residual
+/// as `mma` reads it (truncated to TF32) the input is kept to 2^-21, the term
+/// `igemm::tolerance` allows. Non-finite inputs leave a NaN residual, so their products are NaN.
+#[test]
+fn the_tf32_split_keeps_an_input_to_2_pow_minus_21() {
+    let mut rng = SmallRng::seed_from_u64(21);
+    let mut checked = 0;
+    for i in 0..200_000u32 {
+        // Random bit patterns (every exponent, NaN and infinity), then values at ties.
+        let v = f32::from_bits(if i % 4 == 3 { rng.random::<u32>() & !0xfff | 0x1000 } else { rng.random::<u32>() });
+        let (big, small) = split_tf32(v);
+        let (value, residual) = (f32::from_bits(big), f32::from_bits(small));
+        if !v.is_finite() {
+            assert!(residual.is_nan(), "{v:e}: residual {residual:e}");
+            continue;
+        }
+        if value.is_infinite() {
+            // Rounding past f32's largest TF32 value, as `cvt.rna` does.
+            assert!(v.abs() > 3.4e38, "{v:e}");
+            continue;
+        }
+        assert_eq!(big & 0x1fff, 0, "{v:e}: not TF32");
+        assert_eq!(value as f64 + residual as f64, v as f64, "{v:e}: the residual is not exact");
+        if !(2f32.powi(-100)..=2f32.powi(100)).contains(&v.abs()) {
+            continue; // subnormal residuals: the absolute floor of the bound covers them
+        }
+        let (v64, error) = (v.abs() as f64, (v as f64 - value as f64).abs());
+        assert!(error <= v64 * 2f64.powi(-11), "{v:e}: rounded by {error:e}");
+        let half = (v.to_bits() & 0x1fff) == 0x1000;
+        assert!(!half || value.abs() > v.abs(), "{v:e}: a tie not rounded away from zero");
+        let read = f32::from_bits(small & 0xffff_e000) as f64;
+        let kept = (v as f64 - value as f64 - read).abs();
+        assert!(kept <= v64 * 2f64.powi(-21), "{v:e}: kept to {:e} of itself", kept / v64);
+        checked += 1;
+    }
+    assert!(checked > 100_000, "only {checked} normal inputs checked");
+}
+
 /// `v` rounded to TF32 as `cvt.rna.tf32.f32` does (10 mantissa bits, to nearest, ties away
 /// from zero; finite `v`).
 fn tf32(v: f32) -> f32 {
@@ -300,9 +340,9 @@ fn run_spatial_on_cpu(conv: &Conv2d, tile: &IgemmTile, [x_aligned, y_aligned]: [
                         if tile.precision == Precision::Tf32x3 {
                             for slot in halo + slot..halo + slot + tile.own_run() {
                                 let v = smem.load(slot);
-                                let big = tf32(v);
-                                smem.store(slot, big);
-                                smem.store(slot + sp.residual_offset(), tf32(v - big));
+                                let (big, small) = split_tf32(v);
+                                smem.store(slot, f32::from_bits(big));
+                                smem.store(slot + sp.residual_offset(), f32::from_bits(small));
                             }
                         }
                     });

@@ -603,7 +603,7 @@ fn run_check(device: usize, args: &CheckArgs) -> Result<ExitCode, Error> {
     );
     println!(
         "bound per output: |ours - ref| <= 2^-23 (8 + sqrt(taps)) * sum|x*w| + 2^-126 (ours; the FFT path adds 1e-4 * rms(x) * \
-         rms over filters of |w|_2; TF32 adds 2^-10 and 2^-24 per mma, 3xTF32 3 * 2^-22); cuDNN: {:.0e} * sum|x*w| + {:.0e}",
+         rms over filters of |w|_2; TF32 adds 2^-10 and 2^-24 per mma, 3xTF32 4 * 2^-22); cuDNN: {:.0e} * sum|x*w| + {:.0e}",
         check::CUDNN_EXACT.tol,
         check::CUDNN_EXACT.floor
     );

@@ -34,8 +34,10 @@ pub fn variants() -> &'static [IgemmTile] {
 ///   product errs by at most 2^-10 of its magnitude (and 2^-22 more); and the tensor cores
 ///   truncate as they accumulate, errors of one sign that grow with the mma count: up to half
 ///   an f32 ulp of the magnitude per mma is allowed for.
-/// - 3xTF32 keeps each input to 2^-22 (value plus residual, both rounded) and drops the
-///   product of the residuals (≤ 2^-22): at most 3 · 2^-22 per product; each chunk's few mma
+/// - 3xTF32 keeps each weight to 2^-22 (value plus residual, both rounded when packed) and
+///   each input to 2^-21 (its residual truncated by `mma`: `kernels_gpu::tf32::split_tf32`),
+///   and drops the product of the residuals (≤ 2^-22): at most 4 · 2^-22 per product, times
+///   `1 + 2^-10` for the values' own size; each chunk's few mma
 ///   are summed apart and added to the total in f32 (round to nearest), which
 ///   [`Tolerance::f32_sum`] covers.
 pub fn tolerance(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> Tolerance {
@@ -47,7 +49,7 @@ pub fn tolerance(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> Tolera
             let mmas = (conv.r * conv.s) as f64 * shape.channel_chunks as f64 * tile.k_steps as f64;
             2f64.powi(-10) + mmas * 2f64.powi(-24)
         }
-        Precision::Tf32x3 => 3.0 * 2f64.powi(-22),
+        Precision::Tf32x3 => 4.0 * 2f64.powi(-22) * (1.0 + 2f64.powi(-10)),
     };
     Tolerance { tol: extra + sum.tol, floor: sum.floor }
 }

@@ -11,6 +11,7 @@
 //! - [`cgemm`]: batched complex GEMM.
 //! - [`fft`]: batched FFTs (1D; square 2D in shared memory, [`fft::square`], whose pieces the
 //!   FFT convolutions [`conv::fft`] and [`conv::fft_gemm`] are built from).
+//! - [`tf32`]: the TF32 split of the 3xTF32 kernels.
 //! - [`verify`], [`random`], [`timing`]: the f64 reference and error bound, the random
 //!   fill and the timing gate that `convkit check` and `convkit bench` run on the GPU.
 #![no_std]
@@ -32,6 +33,7 @@ pub mod fft;
 pub mod geometry;
 pub mod magic;
 pub mod random;
+pub mod tf32;
 pub mod timing;
 pub mod verify;
 

@@ -16,8 +16,8 @@
 //!   stages: two chunks in flight while one is multiplied, one barrier per chunk.
 //! - **Multiply**: per k-step, each lane loads its fragment elements, conjugates where the op
 //!   says so and splits each part into a TF32 value and its residual in registers
-//!   ([`split_tf32`]); three `mma` per real product (the residuals' product is dropped) into
-//!   the chunk's own sums, which are added to the totals in f32 after the chunk (the tensor
+//!   ([`split_tf32`](crate::tf32::split_tf32)); three `mma` per real product (the residuals'
+//!   product is dropped) into the chunk's own sums, which are added to the totals in f32 after the chunk (the tensor
 //!   cores truncate as they accumulate), the grouped convolution's scheme (`conv::igemm`).
 //!   With Gauss's three products ([`Products::Gauss`]) each element's parts and their sum are
 //!   split, and the three products `a.re·b.re`, `a.im·b.im` and `(a.re + a.im)·(b.re + b.im)`
@@ -293,16 +293,6 @@ impl RingSlot {
     }
 }
 
-/// `v` as the tensor cores' TF32 value (rounded to nearest, ties away from zero: the add
-/// carries into the kept bits exactly when the dropped ones are at least half) and the
-/// residual `v - value` (exact in f32; `mma` reads it truncated to TF32). Non-finite `v`
-/// gives a NaN residual.
-#[inline(always)]
-pub fn split_tf32(v: f32) -> (u32, u32) {
-    let big = v.to_bits().wrapping_add(0x1000) & 0xffff_e000;
-    (big, (v - f32::from_bits(big)).to_bits())
-}
-
 /// Element `e` of an `extent x bk` chunk (rows, or columns, by l) in stored order: k first
 /// where `k_contiguous`, else the extent; or with `pairs`, pair `e` along those lines (the
 /// place of its first element, the second being the next along the line).
@@ -390,8 +380,9 @@ impl CgemmParams {
 pub(super) mod device {
     use super::super::kernel::epilogue_at;
     use super::super::{BlockCoords, CgemmParams, Complex32, Op};
-    use super::{MmaTile, RingSlot, STAGES, split_tf32};
+    use super::{MmaTile, RingSlot, STAGES};
     use crate::prelude::*;
+    use crate::tf32::split_tf32;
 
     const SIGN: u32 = 0x8000_0000;
 

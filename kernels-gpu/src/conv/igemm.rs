@@ -40,8 +40,9 @@
 //!   weights out in that order (their natural one) and the output is staged pixel-major.
 //! - **Warps**: the 4 warps split the pixels; each holds `m_tiles x n_tiles` m16n8 accumulators.
 //! - **Precision**: TF32 rounds each input to 10 mantissa bits (PyTorch's default for
-//!   convolutions); 3xTF32 splits each into a TF32 value and a TF32 residual and adds the three
-//!   larger cross products, one tap of one channel chunk at a time, each such sum added to the
+//!   convolutions); 3xTF32 splits each into a TF32 value and a residual (the weights' residual
+//!   rounded to TF32 when packed, the inputs' left for `mma` to truncate:
+//!   [`crate::tf32::split_tf32`]) and adds the three larger cross products, one tap of one channel chunk at a time, each such sum added to the
 //!   total in f32 (the tensor cores truncate as they accumulate): an error near f32's.
 //!
 //! Fragments (PTX ISA, m16n8k8 `.tf32`; lane = 4·g + t): A holds (g, t), (g+8, t), (g, t+4),
@@ -751,13 +752,13 @@ pub(crate) mod device {
     use super::{BLOCK_THREADS, BlockCoords, Chunk, IgemmFwdParams, IgemmTile, PixelTile, STAGES, STORE_VECTORS};
     use crate::conv::epilogue::PLAIN;
     use crate::prelude::*;
+    use crate::tf32::split_tf32;
 
-    /// An input as the tensor cores read it: TF32 (`SPLIT` false) or the TF32 value and the
-    /// TF32 residual (`SPLIT` true; `v` minus its TF32 value is exact in f32).
+    /// An input as the tensor cores read it: TF32 (`SPLIT` false; `cvt` keeps every NaN) or
+    /// the TF32 value and the residual that `mma` truncates ([`split_tf32`]; `SPLIT` true).
     #[inline(always)]
     pub(super) fn split<const SPLIT: bool>(v: f32) -> (u32, u32) {
-        let big = cvt_tf32(v);
-        if SPLIT { (big, cvt_tf32(v - f32::from_bits(big))) } else { (big, 0) }
+        if SPLIT { split_tf32(v) } else { (cvt_tf32(v), 0) }
     }
 
     /// A stage's input copy for both tilings' `copy_chunk`: 4 bytes (16 where `wide`, through

@@ -18,7 +18,7 @@
 //!   `cp.async`, one plane apart by addition; a zero where the position is padding). A step's
 //!   packed weights, each tap's `BN x 8` panel in a row, go in 16-byte pieces.
 //! - **Split once**: when a chunk has landed, the thread that copied an input rounds it to TF32
-//!   in place and, for 3xTF32, stores its TF32 residual in a second region (before the barrier
+//!   in place and, for 3xTF32, stores its residual in a second region (before the barrier
 //!   that shows them to the other threads): the taps then load fragments ready for the mma.
 //! - **Shared memory**: [`STAGES`] halo buffers, then as many weight buffers. A halo buffer is
 //!   `[8][halo_stride]` inputs (and as many residuals for 3xTF32), `halo_stride ≥ halo_plane`
