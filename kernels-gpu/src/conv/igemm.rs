@@ -64,6 +64,12 @@ pub const WARPS: u32 = BLOCK_THREADS / 32;
 pub const STAGES: u32 = 3;
 /// Most pixels a thread copies inputs of ([`IgemmTile::copy_pixels`]).
 pub const COPY_PIXELS: usize = 2;
+/// Most input copies an NHWC thread makes per pixel and chunk ([`IgemmTile::copy_chunk`]):
+/// `BK / 2` 4-byte ones.
+pub const MAX_INPUT_COPIES: usize = 8;
+/// Most 16-byte weight copies a thread makes per chunk: `regions · BN · BK / 4` over
+/// [`BLOCK_THREADS`] (3xTF32, 64 columns, 16 channels: 4).
+pub const MAX_WEIGHT_COPIES: usize = 4;
 /// Flag: four adjacent outputs may be stored as one 16-byte vector. NCHW: four pixels of one
 /// channel (`out_h * out_w` a multiple of 4, so four pixels from a multiple of 4 on lie in one
 /// image); NHWC: four channels of one pixel (`K` and the block's outputs multiples of 4; the
@@ -129,14 +135,15 @@ pub struct BlockCoords {
     pub column_tile: u32,
 }
 
-/// What one thread copies from: its block's groups and column tile, and its pixel's first
-/// input plane of those groups and the input position of filter tap (0, 0).
+/// What one thread copies from: its block's groups and column tile, and where its pixel reads
+/// filter tap (0, 0), from which each chunk moves every pixel alike ([`IgemmTile::copy_chunk`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PixelSource {
     pub block: BlockCoords,
-    /// Element offset of channel `block_group * block_channels` of the pixel's image (NHWC: at
-    /// its input position (0, 0)).
-    pub plane: u64,
+    /// Element offset of channel `block_group * block_channels` of the pixel's image at input
+    /// position (`ih0`, `iw0`), modulo 2^64: it lies before the tensor where that position is
+    /// padding (a tap inside the image brings it back).
+    pub origin: u64,
     pub ih0: i32,
     pub iw0: i32,
     /// Whether the pixel exists (the last pixel tile may run past the batch).
@@ -201,18 +208,16 @@ impl IgemmFwdParams {
         let (image, pixel) = self.out_plane_div.div_rem(flat);
         let (oh, ow) = self.out_w_div.div_rem(pixel);
         let first_channel = (block.block_group * self.block_channels) as u64;
-        let plane = if channels_last {
-            image as u64 * self.in_plane as u64 * self.channels as u64 + first_channel
+        let ih0 = (oh * self.window.stride_h) as i32 - self.window.pad_h;
+        let iw0 = (ow * self.window.stride_w) as i32 - self.window.pad_w;
+        let position = ih0 as i64 * self.in_w as i64 + iw0 as i64;
+        let (plane, origin) = if channels_last {
+            let plane = image as u64 * self.in_plane as u64 * self.channels as u64 + first_channel;
+            (plane, position * self.channels as i64)
         } else {
-            (image as u64 * self.channels as u64 + first_channel) * self.in_plane as u64
+            ((image as u64 * self.channels as u64 + first_channel) * self.in_plane as u64, position)
         };
-        PixelSource {
-            block,
-            plane,
-            ih0: (oh * self.window.stride_h) as i32 - self.window.pad_h,
-            iw0: (ow * self.window.stride_w) as i32 - self.window.pad_w,
-            valid: flat < self.batch_pixels,
-        }
+        PixelSource { block, origin: plane.wrapping_add_signed(origin), ih0, iw0, valid: flat < self.batch_pixels }
     }
 
     /// The filter element of output `column` of `block`'s groups (column tile included) and
@@ -552,7 +557,9 @@ impl IgemmTile {
     /// Calls `copy_x(slot, offset, inside, wide)` for each of `thread`'s input copies of `chunk`
     /// (`wide`: 16 bytes, else 4; `offset` 0 where `inside` is false, which copies zeros) and
     /// `copy_w4(slot, offset)` for its 16-byte copies of packed weights (slots within a stage).
-    /// `sources` are the thread's pixels ([`Self::copy_sources`]).
+    /// `sources` are the thread's pixels ([`Self::copy_sources`]). Every loop runs the tile's
+    /// own count, unrolled, and a chunk moves all pixels' sources by one offset: per copy an
+    /// addition and the tap's bounds test remain.
     #[inline(always)]
     pub fn copy_chunk(
         &self,
@@ -565,55 +572,76 @@ impl IgemmTile {
     ) {
         let first_channel = chunk.cc * self.bk();
         let channels = p.block_channels.saturating_sub(first_channel);
-        let tap = |src: &PixelSource| {
-            let ih = src.ih0 + (chunk.r * p.window.dil_h) as i32;
-            let iw = src.iw0 + (chunk.s * p.window.dil_w) as i32;
-            let at_tap = src.valid & ((ih as u32) < p.in_h) & ((iw as u32) < p.in_w);
-            (at_tap, if at_tap { (ih as u32 * p.in_w + iw as u32) as u64 } else { 0 })
+        let (dh, dw) = (chunk.r * p.window.dil_h, chunk.s * p.window.dil_w);
+        let in_image = #[inline(always)]
+        |src: &PixelSource| {
+            src.valid & (((src.ih0 + dh as i32) as u32) < p.in_h) & (((src.iw0 + dw as i32) as u32) < p.in_w)
         };
+        // The tap's input position relative to (ih0, iw0), the same for every pixel.
+        let tap = dh as u64 * p.in_w as u64 + dw as u64;
         if self.channels_last {
             // A pixel's channels are adjacent: 4 per copy where INPUT_VECTORS allows (then a
             // copy lies wholly inside or outside the block's channels), else 1.
-            let wide = p.flags & INPUT_VECTORS != 0;
-            let width = if wide { 4 } else { 1 };
-            crate::unrolled::<COPY_PIXELS>(|j| {
-                if j < self.copy_pixels() as usize {
-                    let (m, src) = (self.copy_row(thread, j as u32), &sources[j]);
-                    let (at_tap, position) = tap(src);
-                    let tap_offset = src.plane + position * p.channels as u64 + first_channel as u64;
-                    let mut k = width * (thread % 2);
-                    while k < self.bk() {
-                        let inside = at_tap & (k < channels);
-                        copy_x(self.a_slot(m, k), if inside { tap_offset + k as u64 } else { 0 }, inside, wide);
-                        k += width * self.threads_per_pixel();
-                    }
-                }
-                true
-            });
+            let chunk_offset = tap * p.channels as u64 + first_channel as u64;
+            let mut copies = #[inline(always)]
+            |width: u32| {
+                crate::unrolled::<COPY_PIXELS>(
+                    #[inline(always)]
+                    |j| {
+                        if j < self.copy_pixels() as usize {
+                            let (m, src) = (self.copy_row(thread, j as u32), &sources[j]);
+                            let (at_tap, tap_offset) = (in_image(src), src.origin.wrapping_add(chunk_offset));
+                            let step = width * self.threads_per_pixel();
+                            crate::unrolled::<MAX_INPUT_COPIES>(
+                                #[inline(always)]
+                                |i| {
+                                    let k = width * (thread % 2) + step * i as u32;
+                                    let inside = at_tap & (k < channels);
+                                    copy_x(
+                                        self.a_slot(m, k),
+                                        if inside { tap_offset + k as u64 } else { 0 },
+                                        inside,
+                                        width == 4,
+                                    );
+                                    (i as u32 + 1) * step < self.bk()
+                                },
+                            );
+                        }
+                        true
+                    },
+                );
+            };
+            if p.flags & INPUT_VECTORS != 0 { copies(4) } else { copies(1) }
         } else {
             let (src, m) = (&sources[0], self.copy_row(thread, 0));
-            let (at_tap, position) = tap(src);
+            let at_tap = in_image(src);
             // A thread's channels lie a fixed number of planes apart: one addition per copy.
             let mut k = thread / self.bm();
-            let mut offset = src.plane + position + (first_channel + k) as u64 * p.in_plane as u64;
+            let mut offset = src.origin.wrapping_add(tap + (first_channel + k) as u64 * p.in_plane as u64);
             let step = self.threads_per_pixel() as u64 * p.in_plane as u64;
+            // Rolled: unrolled, 16 copies' addresses went live at once (56 more registers).
             while k < self.bk() {
                 let inside = at_tap & (k < channels);
                 copy_x(self.a_slot(m, k), if inside { offset } else { 0 }, inside, false);
                 k += self.threads_per_pixel();
-                offset += step;
+                offset = offset.wrapping_add(step);
             }
         }
         // Weights: the chunk's packed panel ([`IgemmPackParams`]), rows of BK floats already
-        // in shared-memory order (3xTF32's residual rows after the values), in 16-byte pieces.
+        // in shared-memory order (3xTF32's residual rows after the values), in 16-byte pieces:
+        // piece `e` of the panel is its floats `4e ..`.
         let panel = self.panel_offset(p, sources[0].block, chunk.index);
-        let row_pieces = self.bk() / 4;
-        let mut e = thread;
-        while e < self.regions() * self.bn() * row_pieces {
-            let (n, piece) = (e / row_pieces, e % row_pieces);
-            copy_w4(self.b_slot(n, 0) + 4 * piece, panel + (n * self.bk() + 4 * piece) as u64);
-            e += BLOCK_THREADS;
-        }
+        let (row_pieces, pieces) = (self.bk() / 4, self.regions() * self.bn() * self.bk() / 4);
+        crate::unrolled::<MAX_WEIGHT_COPIES>(
+            #[inline(always)]
+            |i| {
+                let e = thread + i as u32 * BLOCK_THREADS;
+                if e < pieces {
+                    copy_w4(self.b_slot(e / row_pieces, 0) + 4 * (e % row_pieces), panel + 4 * e as u64);
+                }
+                (i as u32 + 1) * BLOCK_THREADS < pieces
+            },
+        );
     }
 
     /// Element offset of chunk `index`'s panel of `block` in the packed weights.
