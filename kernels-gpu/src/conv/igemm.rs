@@ -64,12 +64,33 @@ pub const WARPS: u32 = BLOCK_THREADS / 32;
 pub const STAGES: u32 = 3;
 /// Most pixels a thread copies inputs of ([`IgemmTile::copy_pixels`]).
 pub const COPY_PIXELS: usize = 2;
-/// Most input copies an NHWC thread makes per pixel and chunk ([`IgemmTile::copy_chunk`]):
-/// `BK / 2` 4-byte ones.
-pub const MAX_INPUT_COPIES: usize = 8;
-/// Most 16-byte weight copies a thread makes per chunk: `regions · BN · BK / 4` over
-/// [`BLOCK_THREADS`] (3xTF32, 64 columns, 16 channels: 4).
-pub const MAX_WEIGHT_COPIES: usize = 4;
+/// Copies a loop of [`IgemmTile::copy_chunk`] makes unrolled: its copies' addresses are then
+/// formed without the loop's bookkeeping, and (at most this many) stay few enough registers.
+pub const UNROLLED_COPIES: u32 = 2;
+
+/// `copy(k)` for `k = first, first + step, ... < end` (`first < step`): unrolled where that is
+/// at most [`UNROLLED_COPIES`] copies, else a loop. The tile's constants fold the choice away.
+#[inline(always)]
+fn each_copy(first: u32, step: u32, end: u32, copy: &mut impl FnMut(u32)) {
+    if end.div_ceil(step) <= UNROLLED_COPIES {
+        crate::unrolled::<{ UNROLLED_COPIES as usize }>(
+            #[inline(always)]
+            |i| {
+                let k = first + step * i as u32;
+                if k < end {
+                    copy(k);
+                }
+                (i as u32 + 1) * step < end
+            },
+        );
+    } else {
+        let mut k = first;
+        while k < end {
+            copy(k);
+            k += step;
+        }
+    }
+}
 /// Flag: four adjacent outputs may be stored as one 16-byte vector. NCHW: four pixels of one
 /// channel (`out_h * out_w` a multiple of 4, so four pixels from a multiple of 4 on lie in one
 /// image); NHWC: four channels of one pixel (`K` and the block's outputs multiples of 4; the
@@ -591,21 +612,13 @@ impl IgemmTile {
                         if j < self.copy_pixels() as usize {
                             let (m, src) = (self.copy_row(thread, j as u32), &sources[j]);
                             let (at_tap, tap_offset) = (in_image(src), src.origin.wrapping_add(chunk_offset));
-                            let step = width * self.threads_per_pixel();
-                            crate::unrolled::<MAX_INPUT_COPIES>(
-                                #[inline(always)]
-                                |i| {
-                                    let k = width * (thread % 2) + step * i as u32;
-                                    let inside = at_tap & (k < channels);
-                                    copy_x(
-                                        self.a_slot(m, k),
-                                        if inside { tap_offset + k as u64 } else { 0 },
-                                        inside,
-                                        width == 4,
-                                    );
-                                    (i as u32 + 1) * step < self.bk()
-                                },
-                            );
+                            let mut copy = #[inline(always)]
+                            |k: u32| {
+                                let inside = at_tap & (k < channels);
+                                let offset = if inside { tap_offset + k as u64 } else { 0 };
+                                copy_x(self.a_slot(m, k), offset, inside, width == 4);
+                            };
+                            each_copy(width * (thread % 2), width * self.threads_per_pixel(), self.bk(), &mut copy);
                         }
                         true
                     },
@@ -619,7 +632,6 @@ impl IgemmTile {
             let mut k = thread / self.bm();
             let mut offset = src.origin.wrapping_add(tap + (first_channel + k) as u64 * p.in_plane as u64);
             let step = self.threads_per_pixel() as u64 * p.in_plane as u64;
-            // Rolled: unrolled, 16 copies' addresses went live at once (56 more registers).
             while k < self.bk() {
                 let inside = at_tap & (k < channels);
                 copy_x(self.a_slot(m, k), if inside { offset } else { 0 }, inside, false);
@@ -632,16 +644,9 @@ impl IgemmTile {
         // piece `e` of the panel is its floats `4e ..`.
         let panel = self.panel_offset(p, sources[0].block, chunk.index);
         let (row_pieces, pieces) = (self.bk() / 4, self.regions() * self.bn() * self.bk() / 4);
-        crate::unrolled::<MAX_WEIGHT_COPIES>(
-            #[inline(always)]
-            |i| {
-                let e = thread + i as u32 * BLOCK_THREADS;
-                if e < pieces {
-                    copy_w4(self.b_slot(e / row_pieces, 0) + 4 * (e % row_pieces), panel + 4 * e as u64);
-                }
-                (i as u32 + 1) * BLOCK_THREADS < pieces
-            },
-        );
+        let mut copy = #[inline(always)]
+        |e: u32| copy_w4(self.b_slot(e / row_pieces, 0) + 4 * (e % row_pieces), panel + 4 * e as u64);
+        each_copy(thread, BLOCK_THREADS, pieces, &mut copy);
     }
 
     /// Element offset of chunk `index`'s panel of `block` in the packed weights.
