@@ -5,6 +5,8 @@
 //! architecture and embedded beside the PTX, so that a GPU of exactly that architecture loads
 //! machine code instead of JIT-compiling about 50 MB of PTX (a minute and a half on an H200
 //! with an empty driver cache).
+//! Entry points with launch bounds ([`kernels_gpu::launch_bounds`]) get them written into the
+//! PTX, which Rust has no attribute for.
 //! Also stamps the build with its git commit (`CONVKIT_COMMIT`), for benchmark results.
 
 use std::{env, fmt::Write as _, fs, path::PathBuf, process::Command};
@@ -70,7 +72,8 @@ fn main() {
 
         let ptx = target_dir.join("nvptx64-nvidia-cuda/release/deps/kernels_gpu.s");
         let dest = out_dir.join(format!("kernels_{arch}.ptx"));
-        fs::copy(&ptx, &dest).unwrap_or_else(|e| panic!("no PTX at {}: {e}", ptx.display()));
+        let text = fs::read_to_string(&ptx).unwrap_or_else(|e| panic!("no PTX at {}: {e}", ptx.display()));
+        fs::write(&dest, with_launch_bounds(text)).expect("write the PTX");
         built.push((cc, dest));
     }
     assert!(!built.is_empty(), "CONVKIT_CUDA_ARCH names no architecture");
@@ -102,6 +105,19 @@ fn main() {
     }
     table.push_str("];\n");
     fs::write(out_dir.join("ptx.rs"), table).expect("write ptx.rs");
+}
+
+/// `ptx` with the `.maxntid` and `.minnctapersm` of each [`kernels_gpu::launch_bounds`] entry
+/// point, where PTX wants them: between its parameter list and its body.
+fn with_launch_bounds(mut ptx: String) -> String {
+    for bounds in kernels_gpu::launch_bounds() {
+        let head = format!(".entry {}(", bounds.entry);
+        let start = ptx.find(&head).unwrap_or_else(|| panic!("launch bounds for `{}`, not in the PTX", bounds.entry));
+        let params_end = ptx[start..].find("\n)\n").expect("an entry's parameter list ends with `)` on its own line");
+        let directives = format!(".maxntid {}, 1, 1\n.minnctapersm {}\n", bounds.max_threads, bounds.min_blocks_per_sm);
+        ptx.insert_str(start + params_end + 3, &directives);
+    }
+    ptx
 }
 
 /// `HEAD`'s short hash, with `-dirty` when tracked files differ from it; `unknown` outside

@@ -1,5 +1,6 @@
 //! Every embedded PTX module assembles with `ptxas` for its architecture, holds exactly the
-//! expected entry points with the host's parameter layout, and spills nothing.
+//! expected entry points with the host's parameter layout, and spills nothing; entry points
+//! with launch bounds declare them and fit their blocks per SM in registers.
 //!
 //! `ptxas` comes from `$PTXAS`, else `.tools/ptxas` (installed by scripts/setup), else PATH.
 //! It is required: without it this test fails rather than skip.
@@ -143,6 +144,26 @@ fn every_module_assembles_without_spills() {
             assert_eq!((spill_st, spill_ld), (&0, &0), "sm_{cc} {name} spills");
             assert_eq!(*stack, 0, "sm_{cc} {name} uses a stack frame (an array went to local memory)");
         }
+        let mut bounded = 0;
+        for bounds in kernels_gpu::launch_bounds() {
+            let declared = format!(".entry {}(\n\t.param .align 8 .b8 {0}_param_0", bounds.entry);
+            let at = ptx.find(&declared).unwrap_or_else(|| panic!("sm_{cc}: no entry {}", bounds.entry));
+            let directives =
+                format!(".maxntid {}, 1, 1\n.minnctapersm {}\n{{", bounds.max_threads, bounds.min_blocks_per_sm);
+            let body = &ptx[at..at + ptx[at..].find('{').unwrap() + 1];
+            assert!(body.ends_with(&directives), "sm_{cc}: {} lacks its launch bounds:\n{body}", bounds.entry);
+            // Registers are allotted per thread in multiples of 8.
+            let regs = entries[bounds.entry].0.next_multiple_of(8);
+            assert!(
+                regs * bounds.max_threads * bounds.min_blocks_per_sm <= 65536,
+                "sm_{cc} {}: {regs} registers do not fit {} blocks of {} threads per SM",
+                bounds.entry,
+                bounds.min_blocks_per_sm,
+                bounds.max_threads
+            );
+            bounded += 1;
+        }
+        assert!(bounded > 0, "the measured launch bounds are in the table");
     }
 }
 

@@ -42,6 +42,23 @@ pub mod prelude;
 
 pub use magic::MagicDiv;
 
+/// What an entry point's PTX declares for ptxas (`.maxntid`, `.minnctapersm`: CUDA C's
+/// `__launch_bounds__`), which Rust cannot write: the host's build.rs adds it to the PTX.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchBounds {
+    pub entry: &'static str,
+    /// The most threads a launch of `entry` may have: every launch's block size.
+    pub max_threads: u32,
+    /// The blocks of `max_threads` that one SM must hold at once: ptxas keeps the registers
+    /// to `65536 / (max_threads * min_blocks_per_sm)`.
+    pub min_blocks_per_sm: u32,
+}
+
+/// Every entry point that declares launch bounds.
+pub fn launch_bounds() -> impl Iterator<Item = LaunchBounds> {
+    conv::igemm::launch_bounds()
+}
+
 /// `v`, hidden from the compiler: a loop that runs to it stays a loop, so that its iterations'
 /// loads are not all hoisted to the top (which would keep every iteration's values live).
 #[cfg(target_arch = "nvptx64")]

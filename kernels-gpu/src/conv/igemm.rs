@@ -410,6 +410,17 @@ impl IgemmTile {
         }
     }
 
+    /// The blocks per SM that ptxas must fit this variant's registers to, where left alone it
+    /// fits fewer ([`crate::launch_bounds`]). Measured on an H100 (benches/NOTES.md, "Tensor-core
+    /// NHWC", v7): TF32 NHWC `m128_n56_k8` at 130 registers ran 3 blocks per SM where 122 had
+    /// run 4, and 7-19% slower on layers of one or two waves; ptxas fits 4 without spilling.
+    pub const fn min_blocks_per_sm(&self) -> Option<u32> {
+        match (self.precision, self.pixels, self.channels_last, self.m_tiles, self.n_tiles, self.k_steps) {
+            (Precision::Tf32, PixelTile::Flat, true, 2, 7, 1) => Some(4),
+            _ => None,
+        }
+    }
+
     /// Pixels per block.
     pub const fn bm(&self) -> u32 {
         16 * WARPS * self.m_tiles
@@ -757,6 +768,18 @@ igemm_fwd_variants!(
     (igemm_tf32_s8x8_n32, igemm_3xtf32_s8x8_n32, igemm_tf32_nhwc_s8x8_n32, igemm_3xtf32_nhwc_s8x8_n32, 1, 4, 8),
     (igemm_tf32_s8x8_n64, igemm_3xtf32_s8x8_n64, igemm_tf32_nhwc_s8x8_n64, igemm_3xtf32_nhwc_s8x8_n64, 1, 8, 8),
 );
+
+/// The launch bounds of every entry point of the variants that declare blocks per SM
+/// ([`IgemmTile::min_blocks_per_sm`]); each launches [`BLOCK_THREADS`] threads.
+pub fn launch_bounds() -> impl Iterator<Item = crate::LaunchBounds> {
+    IGEMM_FWD_VARIANTS.iter().filter_map(|tile| Some((tile, tile.min_blocks_per_sm()?))).flat_map(|(tile, blocks)| {
+        tile.entries.all().into_iter().map(move |entry| crate::LaunchBounds {
+            entry,
+            max_threads: BLOCK_THREADS,
+            min_blocks_per_sm: blocks,
+        })
+    })
+}
 
 /// [`PACK_KERNEL`].
 ///
