@@ -47,19 +47,22 @@ for l in layers:
             key = precision(x["name"])
             ours[key] = min(ours.get(key, float("inf")), p50(x))
     exact, fast = c[l["best_exact"]], c[l["best_fast"]]
-    plan_exact, plan_fast = (c[i] for i in l["plans"])
+    # Runs that time variants (`ab`) plan nothing.
+    plan_exact, plan_fast = (c[i] for i in l["plans"]) if l.get("plans") else (None, None)
     floor = max(l["min_bytes"] / HBM_BYTES_PER_S, l["flops"] / TF32_FLOPS_PER_S) * 1e3
     x3, tf = ours["3xtf32"], ours["tf32"]
     ratios["x3"].append(p50(exact) / x3)
     ratios["tf"].append(p50(fast) / tf)
-    ratios["exact_plan"].append(p50(exact) / p50(plan_exact))
-    ratios["fast_plan"].append(p50(fast) / p50(plan_fast))
+    if plan_exact:
+        ratios["exact_plan"].append(p50(exact) / p50(plan_exact))
+        ratios["fast_plan"].append(p50(fast) / p50(plan_fast))
     ratios["floor"].append(tf / floor)
     row = [l["label"], f"{floor:.3f}"] + ([f"{ours['direct']:.3f}"] if with_direct else []) + [
         f"{x3:.3f}", f"{tf:.3f}", f"{p50(exact):.3f} ({short(exact['name'])})",
         f"{p50(fast):.3f} ({short(fast['name'])})", f"{tf / floor:.1f}", f"{p50(exact) / x3:.2f}x",
-        f"{p50(fast) / tf:.2f}x", short(plan_exact["name"]), f"{p50(exact) / p50(plan_exact):.2f}x",
-        short(plan_fast["name"]), f"{p50(fast) / p50(plan_fast):.2f}x"]
+        f"{p50(fast) / tf:.2f}x"] + ([
+        short(plan_exact["name"]), f"{p50(exact) / p50(plan_exact):.2f}x",
+        short(plan_fast["name"]), f"{p50(fast) / p50(plan_fast):.2f}x"] if plan_exact else ["-"] * 4)
     print("| " + " | ".join(row) + " |")
 print()
 run = doc["run"]
@@ -67,6 +70,8 @@ print(f"commit {run['commit']}, cuDNN {run['cudnn']}, seed {run['seed']}, {len(l
 for key, what in (("x3", "3xTF32 vs cuDNN exact"), ("tf", "TF32 vs cuDNN fast"),
                   ("exact_plan", "exact plans vs cuDNN exact"), ("fast_plan", "fast plans vs cuDNN fast")):
     r = ratios[key]
+    if not r:
+        continue
     print(f"{what}: median {statistics.median(r):.2f}x ({min(r):.2f}-{max(r):.2f}x), "
           f"{sum(v < 1 for v in r)} below 1x, {sum(v < 1.5 for v in r)} below 1.5x")
 f = ratios["floor"]
