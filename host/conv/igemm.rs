@@ -249,45 +249,36 @@ pub fn shape(conv: &Conv2d, geom: &ConvGeometry, tile: &IgemmTile) -> IgemmShape
     IgemmShape { tile: *tile, groups_per_block, column_tiles, channel_chunks, grid: [grid_x, z], spatial }
 }
 
-/// How much a copied weight counts against an input a flat tile copies in [`ranked`]'s cost.
-/// Refitted at a475acc on the H200 with every variant timed on the `grouped` and
-/// `grouped-nhwc` suites (90 layer-precision pairs each): the model's first within 5% of the
-/// fastest on 79 and 80 pairs (2.0 before: 76 and 78; worst 1.23x of the fastest, 1.78x
-/// before), and better on the two earlier every-variant runs too (weights from 1 to 2.5,
-/// spatial input weights 3 to 5 and full grids of 1 to 3 blocks per SM tried). See
-/// benches/NOTES.md.
-const WEIGHT_COPY_COST: f64 = 1.5;
-/// How much an input a spatial tile copies counts: beside the copy, it is rounded to TF32 in
-/// shared memory, and its halo is read at every tap (2-way bank conflicts at stride 2). Fitted
-/// with [`WEIGHT_COPY_COST`].
-const SPATIAL_INPUT_COST: f64 = 4.0;
-/// The same for an NHWC spatial tile: it rounds its inputs in 16-byte accesses (since 101342a),
-/// a quarter of the NCHW tiles' shared-memory instructions. Refitted at 101342a on every NHWC
-/// variant timed on the `grouped-nhwc` suite (the NCHW constants kept): with 4 here and 6 for
-/// 3xTF32 the model was within 5% of the fastest on 69 of 90 picks (worst 1.32x), with these
-/// three on 80 (worst 1.19x). See benches/NOTES.md, "Tensor-core NHWC" v3.
-const SPATIAL_NHWC_INPUT_COST: f64 = 2.0;
-/// An NHWC spatial tile's input in 3xTF32 (a residual stored beside each value, and read at
-/// every tap), for tiles of up to 32 columns: on ResNeXt's 4- and 8-wide groups they ran
-/// 1.10-1.32x faster than the flat tiles at 101342a.
-const SPATIAL_NHWC_3XTF32_INPUT_COST: f64 = 4.5;
-/// The same for 3xTF32 NHWC spatial tiles of 56 and 64 columns (137-175 registers): on
-/// RegNetY's 56-wide groups they ran 1.3-1.5x slower than the flat tiles at 101342a (0.686
-/// against 0.525 ms on regy8-c224-56), which this keeps from being picked: their 90 KB of
-/// shared memory (two stages of packed weights and residuals) leave 2 blocks per SM (Nsight
-/// Compute, benches/NOTES.md "Tensor-core NHWC").
-const SPATIAL_NHWC_3XTF32_WIDE_INPUT_COST: f64 = 6.0;
+/// How much an input a spatial tile copies counts against a weight or an input a flat tile
+/// copies (1 each): beside the copy, it is rounded to TF32 in shared memory (NHWC tiles round in
+/// 16-byte accesses, a quarter of the NCHW tiles' shared-memory instructions) and its halo is
+/// read at every tap; in 3xTF32 a residual is stored beside each value and read too.
+/// Refitted at d8f326c (H100) on every variant of both grouped suites timed twice (180
+/// layer-precision pairs per suite; benches/NOTES.md, "Tensor-core NHWC" v9): the model's first
+/// within 5% of the fastest on 79 and 78 NCHW pairs of 90 (72 and 71 with the constants before:
+/// weights 1.5, NCHW inputs 4 in both precisions, NHWC 3xTF32 4.5) and 80 and 79 NHWC ones (76
+/// and 75), worst 1.24x (1.44x); on the stored H200 runs of a475acc and 101342a 83 and 79 (79
+/// and 80). A plateau: weights 0.75-1, NCHW TF32 inputs 2-3, wide 3xTF32 5.5-7 picked alike.
+const fn spatial_input_cost(tile: &IgemmTile) -> f64 {
+    match (tile.channels_last, tile.precision) {
+        (false, Precision::Tf32) => 2.5,
+        (true, Precision::Tf32) => 2.0,
+        // Tiles of 56 and 64 columns (two stages of packed weights and residuals: 2 or 3
+        // blocks per SM) ran RegNetY-8GF's stride-1 layers 1.06-1.32x (NCHW) and 1.34-1.67x
+        // (NHWC) as long as the flat tiles at d8f326c.
+        (_, Precision::Tf32x3) if tile.bn() > 32 => 6.0,
+        (false, Precision::Tf32x3) => 4.5,
+        (true, Precision::Tf32x3) => 5.5,
+    }
+}
 /// Blocks per multiprocessor below which a grid counts as proportionally slower in [`ranked`]
-/// (fitted with [`WEIGHT_COPY_COST`]: 2 picked better than 1 or 3).
+/// (fitted with [`spatial_input_cost`]: 2 picked better than 1 or 3).
 const FULL_GRID_BLOCKS_PER_SM: u32 = 2;
 
 /// The variants of `precision` for `conv`, cheapest first by the cost model: elements copied
-/// (weights weighted by `WEIGHT_COPY_COST`, a spatial tile's inputs by `SPATIAL_INPUT_COST`,
-/// or for NHWC tiles `SPATIAL_NHWC_INPUT_COST` and in 3xTF32 `SPATIAL_NHWC_3XTF32_INPUT_COST`
-/// or, past 32 columns, `SPATIAL_NHWC_3XTF32_WIDE_INPUT_COST`),
-/// a grid of fewer than `FULL_GRID_BLOCKS_PER_SM` blocks (work items of a spatial tile) per
-/// multiprocessor counting as proportionally slower (idle multiprocessors). None where
-/// [`tile_unsupported`].
+/// (a spatial tile's inputs weighted by [`spatial_input_cost`]), a grid of fewer than
+/// `FULL_GRID_BLOCKS_PER_SM` blocks (work items of a spatial tile) per multiprocessor counting
+/// as proportionally slower (idle multiprocessors). None where [`tile_unsupported`].
 pub fn ranked(
     conv: &Conv2d,
     geom: &ConvGeometry,
@@ -298,14 +289,8 @@ pub fn ranked(
     let cost = |s: &IgemmShape| {
         let fill = ((s.grid[0] * s.grid[1]) as f64 / (FULL_GRID_BLOCKS_PER_SM * sm_count) as f64).min(1.0);
         let (inputs, weights) = s.copies(taps);
-        let input_cost = match (s.spatial, s.tile.channels_last, s.tile.precision) {
-            (None, ..) => 1.0,
-            (Some(_), false, _) => SPATIAL_INPUT_COST,
-            (Some(_), true, Precision::Tf32) => SPATIAL_NHWC_INPUT_COST,
-            (Some(_), true, Precision::Tf32x3) if s.tile.bn() > 32 => SPATIAL_NHWC_3XTF32_WIDE_INPUT_COST,
-            (Some(_), true, Precision::Tf32x3) => SPATIAL_NHWC_3XTF32_INPUT_COST,
-        };
-        (input_cost * inputs + WEIGHT_COPY_COST * weights) / fill
+        let input_cost = if s.spatial.is_some() { spatial_input_cost(&s.tile) } else { 1.0 };
+        (input_cost * inputs + weights) / fill
     };
     let mut shapes: Vec<IgemmShape> = supported_shapes(conv, geom).filter(|s| s.tile.precision == precision).collect();
     shapes.sort_by(|a, b| cost(a).total_cmp(&cost(b)));
