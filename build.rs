@@ -34,8 +34,11 @@ fn main() {
     for arch in archs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
         let cc: u32 = arch
             .strip_prefix("sm_")
+            .map(|n| n.strip_suffix('a').unwrap_or(n))
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("CONVKIT_CUDA_ARCH: `{arch}` is not of the form sm_NN (e.g. sm_80,sm_90)"));
+        // Compute capability 9.0 is always built as sm_90a (`kernels_gpu::arch_specific`).
+        let arch = &format!("sm_{cc}{}", if kernels_gpu::arch_specific(cc) { "a" } else { "" });
         let target_dir = out_dir.join(format!("kernels-{arch}"));
         let mut cmd = Command::new(&cargo);
         cmd.current_dir(&root)
@@ -88,8 +91,9 @@ fn main() {
     if let Some(ptxas) = env::var_os("CONVKIT_PTXAS").filter(|p| !p.is_empty()) {
         for (cc, ptx) in &built {
             let cubin = ptx.with_extension("cubin");
+            let suffix = if kernels_gpu::arch_specific(*cc) { "a" } else { "" };
             let out = Command::new(&ptxas)
-                .arg(format!("-arch=sm_{cc}"))
+                .arg(format!("-arch=sm_{cc}{suffix}"))
                 .arg(ptx)
                 .arg("-o")
                 .arg(&cubin)
@@ -97,7 +101,7 @@ fn main() {
                 .unwrap_or_else(|e| panic!("CONVKIT_PTXAS: cannot run {} ({e})", PathBuf::from(&ptxas).display()));
             assert!(
                 out.status.success(),
-                "CONVKIT_PTXAS: ptxas rejected the sm_{cc} module:\n{}",
+                "CONVKIT_PTXAS: ptxas rejected the sm_{cc}{suffix} module:\n{}",
                 String::from_utf8_lossy(&out.stderr)
             );
             writeln!(table, "    ({cc}, include_bytes!({:?})),", cubin.display().to_string()).unwrap();

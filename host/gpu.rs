@@ -319,12 +319,18 @@ pub enum ModuleKind {
 }
 
 /// The module for compute capability `arch`: the newest built for `arch` or older (PTX is
-/// JIT-compiled forward, never backward).
+/// JIT-compiled forward, never backward), an architecture-specific one (`sm_90a`,
+/// [`kernels_gpu::arch_specific`]) for its own only.
 pub fn pick_ptx<'a>(arch: u32, modules: &[(u32, &'a str)]) -> Result<(u32, &'a str)> {
-    modules.iter().filter(|(cc, _)| *cc <= arch).max_by_key(|(cc, _)| *cc).copied().ok_or_else(|| {
+    let runs = |cc: u32| cc == arch || (cc < arch && !kernels_gpu::arch_specific(cc));
+    modules.iter().filter(|(cc, _)| runs(*cc)).max_by_key(|(cc, _)| *cc).copied().ok_or_else(|| {
         Error::UnsupportedArch {
             device: arch,
-            available: modules.iter().map(|(cc, _)| format!("sm_{cc}")).collect::<Vec<_>>().join(", "),
+            available: modules
+                .iter()
+                .map(|(cc, _)| format!("sm_{cc}{}", if kernels_gpu::arch_specific(*cc) { "a" } else { "" }))
+                .collect::<Vec<_>>()
+                .join(", "),
         }
     })
 }

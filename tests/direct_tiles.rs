@@ -101,7 +101,11 @@ fn module_choice_prefers_the_newest_compatible_arch() {
     let modules = [(80, "a"), (90, "b")];
     assert_eq!(pick_ptx(90, &modules).unwrap(), (90, "b"));
     assert_eq!(pick_ptx(89, &modules).unwrap(), (80, "a"));
-    assert_eq!(pick_ptx(100, &modules).unwrap(), (90, "b"));
+    // sm_90a (wgmma) runs on compute capability 9.0 alone; a later GPU takes the older module.
+    assert_eq!(pick_ptx(100, &modules).unwrap(), (80, "a"));
+    assert_eq!(pick_ptx(120, &[(80, "a"), (90, "b"), (100, "c")]).unwrap(), (100, "c"));
     let err = pick_ptx(75, &modules).unwrap_err().to_string();
-    assert!(err.contains("sm_75") && err.contains("sm_80, sm_90"), "{err}");
+    assert!(err.contains("sm_75") && err.contains("sm_80, sm_90a"), "{err}");
+    let err = pick_ptx(100, &[(90, "b")]).unwrap_err().to_string();
+    assert!(err.contains("sm_100") && err.contains("sm_90a"), "{err}");
 }

@@ -76,6 +76,20 @@ fn input_copy(
     (0..if wide { 4 } else { 1 }).map(move |i| (slot + i, if inside { x[(offset + i as u64) as usize] } else { 0.0 }))
 }
 
+/// The shared-memory slot (4-byte word) that `wgmma` reads for element (row `n`, k `kk`) of a
+/// K-major operand at matrix descriptor `desc`, as the PTX ISA defines it ("Matrix Descriptor
+/// Format", canonical K-major layout without swizzling: core matrices of 8 rows by 16 bytes, the
+/// leading byte offset between k-adjacent ones, the stride byte offset between 8-row groups).
+fn wgmma_k_major_slot(desc: u64, n: u32, kk: u32) -> u32 {
+    let field = |shift: u32| ((desc >> shift) & 0x3fff) as u32 * 16;
+    let (start, leading, stride) = (field(0), field(16), field(32));
+    assert_eq!(desc >> 62, 0, "no swizzling");
+    assert_eq!((desc >> 49) & 7, 0, "no base offset");
+    let byte = start + (n / 8) * stride + (kk / 4) * leading + (n % 8) * 16 + (kk % 4) * 4;
+    assert!(byte.is_multiple_of(4));
+    byte / 4
+}
+
 /// The flat tile ([`PixelTile::Flat`]), NCHW or NHWC.
 fn run_flat_on_cpu(conv: &Conv2d, tile: &IgemmTile, [x_aligned, y_aligned]: [bool; 2]) {
     let geom = conv.geometry().unwrap();
@@ -139,12 +153,29 @@ fn run_flat_on_cpu(conv: &Conv2d, tile: &IgemmTile, [x_aligned, y_aligned]: [boo
                                     let loaded = [pair(&mut smem, at0), pair(&mut smem, at1)];
                                     a[lane as usize] = tile.a_fragment(loaded);
                                     // 3xTF32: the weight as its value and residual.
-                                    let at = tile.b_pair(lane, j, ks);
-                                    b[lane as usize] = pair(&mut smem, at);
-                                    if tile.precision == Precision::Tf32x3 {
-                                        let [r0, r1] = pair(&mut smem, at + tile.b_residual());
-                                        b[lane as usize] = [b[lane as usize][0] + r0, b[lane as usize][1] + r1];
-                                    }
+                                    let regions = if tile.precision == Precision::Tf32x3 { 2 } else { 1 };
+                                    b[lane as usize] = if tile.warpgroup {
+                                        // The tensor cores read B through the descriptor: lane
+                                        // (g, t)'s m16n8k8 pair is k t and t + 4 of column 8j + g.
+                                        let (g, t) = (lane / 4, lane % 4);
+                                        let element = |smem: &mut SharedMemory<f32>, residual, kk| {
+                                            let desc = tile.b_descriptor(0, ks, residual);
+                                            smem.load(wgmma_k_major_slot(desc, 8 * j + g, kk))
+                                        };
+                                        (0..regions).fold([0.0; 2], |[b0, b1], region| {
+                                            let residual = region == 1;
+                                            [
+                                                b0 + element(&mut smem, residual, t),
+                                                b1 + element(&mut smem, residual, t + 4),
+                                            ]
+                                        })
+                                    } else {
+                                        let at = tile.b_pair(lane, j, ks);
+                                        (0..regions).fold([0.0; 2], |[b0, b1], region| {
+                                            let [v0, v1] = pair(&mut smem, at + region * tile.b_residual());
+                                            [b0 + v0, b1 + v1]
+                                        })
+                                    };
                                 }
                                 mma(&a, &b, &mut acc[((warp * mt + i) * nt + j) as usize]);
                             }
@@ -595,7 +626,8 @@ fn fragment_loads_and_staging_stores_are_free_of_bank_conflicts() {
                             assert!(distinct_banks(words.collect()), "{}: A loads conflict", tile.name);
                         }
                     }
-                    for j in 0..tile.n_tiles {
+                    // A warpgroup's tensor cores read B themselves.
+                    for j in (0..tile.n_tiles).filter(|_| !tile.warpgroup) {
                         for region in 0..tile.regions() {
                             let words = (half..half + 16).flat_map(|l| {
                                 let s = tile.b_pair(l, j, ks) + region * tile.b_residual();
@@ -810,7 +842,10 @@ fn spatial_tiles_refuse_halos_beyond_their_copies_and_step_through_large_filters
         let s = igemm::shape(&conv, &geom, tile).spatial.unwrap();
         assert!(s.halo_h * s.halo_w > tile.max_halo_plane(), "{}", tile.name);
     }
-    assert!(igemm::supporting_variants(&conv, &geom).any(|t| spatial(&t)), "some spatial tile fits");
+    assert!(
+        IGEMM_FWD_VARIANTS.iter().any(|t| spatial(&t) && igemm::tile_unsupported(&conv, &geom, t).is_none()),
+        "some spatial tile fits"
+    );
     for precision in [Precision::Tf32, Precision::Tf32x3] {
         assert!(igemm::ranked(&conv, &geom, precision, 132).all(|s| !refused.contains(&&s.tile)));
     }
@@ -938,4 +973,17 @@ fn channels_last_spatial_tiles_copy_sixteen_positions_per_warp() {
     let refused = igemm::tile_unsupported(&stride2, &geom, by_name("igemm_tf32_nhwc_s16x8_n16"));
     assert!(refused.is_some_and(|r| r.contains("320 positions")), "{refused:?}");
     assert_eq!(igemm::tile_unsupported(&stride2, &geom, by_name("igemm_tf32_nhwc_s8x8_n16")), None);
+}
+
+/// Warpgroup tiles are flat tiles of two m64 `wgmma` per k-step, of the column counts the
+/// device prelude has a `wgmma_m64n{8 NT}k8` for (its dispatch has no other).
+#[test]
+fn warpgroup_tiles_use_the_wgmma_shapes_the_prelude_has() {
+    let warpgroup: Vec<_> = IGEMM_FWD_VARIANTS.iter().filter(|t| t.warpgroup).collect();
+    assert_eq!(warpgroup.len(), 16, "4 tiles in 2 precisions and 2 layouts");
+    for t in warpgroup {
+        assert_eq!((t.pixels, t.m_tiles, t.bm()), (PixelTile::Flat, 2, 128), "{}", t.name);
+        assert!(matches!(t.n_tiles, 3 | 4 | 7 | 8), "{}: no wgmma for {} columns", t.name, t.bn());
+        assert!(t.min_blocks_per_sm().is_none() && t.blocks_per_sm_cap().is_none(), "{}", t.name);
+    }
 }

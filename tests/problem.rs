@@ -120,7 +120,7 @@ fn the_sanitize_suites_run_every_direct_depthwise_and_tensor_core_variant() {
     let mut ran = BTreeSet::new();
     for conv in &grouped {
         let geom = conv.geometry().unwrap();
-        for tile in igemm::supporting_variants(conv, &geom) {
+        for tile in igemm::variants().iter().filter(|t| igemm::tile_unsupported(conv, &geom, t).is_none()) {
             if igemm::shape(conv, &geom, tile).channel_chunks >= 2 && conv.r * conv.s > 1 {
                 ran.insert(tile.name);
             }

@@ -117,12 +117,19 @@ fn supported_shapes<'a>(conv: &'a Conv2d, geom: &'a ConvGeometry) -> impl Iterat
         .filter(|s| s.unsupported().is_none())
 }
 
-/// The variants that compute `conv` (valid).
+/// Whether `gpu`'s kernels include `tile`'s: the warpgroup tiles are in sm_90a modules only
+/// (`kernels_gpu::arch_specific`).
+pub fn in_module(gpu: &Gpu, tile: &IgemmTile) -> bool {
+    !tile.warpgroup || kernels_gpu::arch_specific(gpu.ptx_arch())
+}
+
+/// The variants that compute `conv` (valid) on `gpu`.
 pub fn supporting_variants<'a>(
+    gpu: &'a Gpu,
     conv: &'a Conv2d,
     geom: &'a ConvGeometry,
 ) -> impl Iterator<Item = &'static IgemmTile> + 'a {
-    IGEMM_FWD_VARIANTS.iter().filter(move |t| tile_unsupported(conv, geom, t).is_none())
+    IGEMM_FWD_VARIANTS.iter().filter(move |t| in_module(gpu, t) && tile_unsupported(conv, geom, t).is_none())
 }
 
 /// How a spatial tile covers a layer's output planes.
@@ -292,7 +299,9 @@ pub fn ranked(
         let input_cost = if s.spatial.is_some() { spatial_input_cost(&s.tile) } else { 1.0 };
         (input_cost * inputs + weights) / fill
     };
-    let mut shapes: Vec<IgemmShape> = supported_shapes(conv, geom).filter(|s| s.tile.precision == precision).collect();
+    // Warpgroup tiles are timed by `bench --all-variants` and `check`ed, not yet ranked.
+    let mut shapes: Vec<IgemmShape> =
+        supported_shapes(conv, geom).filter(|s| s.tile.precision == precision && !s.tile.warpgroup).collect();
     shapes.sort_by(|a, b| cost(a).total_cmp(&cost(b)));
     shapes.into_iter()
 }
@@ -407,7 +416,7 @@ pub fn pack_params(conv: &Conv2d, geom: &ConvGeometry, shape: &IgemmShape) -> Ig
         total: shape.packed_len((conv.r * conv.s) as u64) as u32,
         bn: t.bn(),
         split: (t.regions() == 2) as u32,
-        _pad: 0,
+        warpgroup: t.warpgroup as u32,
         conv: params(conv, geom, shape, false, false),
         panel: magic(t.panel_floats()),
         row: magic(t.bk()),
@@ -495,6 +504,12 @@ impl IgemmPlan {
         }
         if let Some(reason) = tile_unsupported(conv, &geom, tile) {
             return Err(Error::UnsupportedTile { tile: tile.name, reason });
+        }
+        if !in_module(gpu, tile) {
+            return Err(Error::UnsupportedTile {
+                tile: tile.name,
+                reason: "a warpgroup (wgmma) tile, whose kernels only sm_90a modules hold (compute capability 9.0)",
+            });
         }
         let shape = taps_in_one_step_unless_split_pays(gpu, shape(conv, &geom, tile), (conv.r * conv.s) as u32)?;
         let len = shape.packed_len((conv.r * conv.s) as u64);

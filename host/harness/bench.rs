@@ -646,7 +646,7 @@ impl<'g> Bench<'g> {
         let mut igemm_indices = Vec::new();
         for precision in [Precision::Tf32, Precision::Tf32x3] {
             let tiles: Vec<IgemmTile> = if self.opts.all_variants {
-                igemm::supporting_variants(conv, &geom).filter(|t| t.precision == precision).copied().collect()
+                igemm::supporting_variants(gpu, conv, &geom).filter(|t| t.precision == precision).copied().collect()
             } else {
                 match igemm::choose(conv, &geom, precision, gpu.sm_count()) {
                     Ok(shape) => vec![shape.tile],

@@ -249,7 +249,7 @@ impl<'g> Checker<'g> {
         // The tensor-core variants, each to its precision's bound; non-finite inputs spread
         // to other groups there (see `igemm`), so those cases leave them out.
         if !case.nonfinite && runs(Family::Igemm) {
-            for tile in igemm::supporting_variants(conv, &geom) {
+            for tile in igemm::supporting_variants(gpu, conv, &geom) {
                 let bound = igemm::tolerance(conv, &geom, tile);
                 gpu.poison(&mut y)?;
                 igemm::forward_fused(gpu, stream, conv, tile, &x, &w, &mut y, &epilogue)?;

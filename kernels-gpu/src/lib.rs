@@ -54,6 +54,13 @@ pub struct LaunchBounds {
     pub min_blocks_per_sm: u32,
 }
 
+/// Whether the PTX module of compute capability `cc` (x 10) is built for the architecture-specific
+/// target (`sm_90a`: Hopper's `wgmma`, which the warpgroup tiles of [`conv::igemm`] need): such a
+/// module loads on that compute capability alone, where an `sm_NN` one also runs on later GPUs.
+pub const fn arch_specific(cc: u32) -> bool {
+    cc == 90
+}
+
 /// Every entry point that declares launch bounds.
 pub fn launch_bounds() -> impl Iterator<Item = LaunchBounds> {
     conv::igemm::launch_bounds()

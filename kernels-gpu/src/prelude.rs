@@ -507,6 +507,79 @@ pub fn mma_tf32_m16n8k8(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
     [d0, d1, d2, d3]
 }
 
+/// Orders this warpgroup's register writes before the `wgmma_*` that read them: PTX asks for it
+/// before a warpgroup's first `wgmma.mma_async` and after any other write of its A fragment or
+/// accumulator registers (sm_90a).
+#[inline(always)]
+pub fn wgmma_fence() {
+    unsafe { asm!("wgmma.fence.sync.aligned;", options(nostack)) };
+}
+
+/// Closes the group of `wgmma.mma_async` issued since the last one (sm_90a).
+#[inline(always)]
+pub fn wgmma_commit_group() {
+    unsafe { asm!("wgmma.commit_group.sync.aligned;", options(nostack)) };
+}
+
+/// Waits until at most `N` groups of `wgmma.mma_async` are pending; their accumulators (and the
+/// A fragments they read) may be touched only then (sm_90a).
+#[inline(always)]
+pub fn wgmma_wait_group<const N: u32>() {
+    unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N, options(nostack)) };
+}
+
+/// `", {}, {}, {}, {}"`: the accumulator placeholders of one more n8 tile of a `wgmma`.
+macro_rules! wgmma_tile_placeholders {
+    ($j:tt) => {
+        ", {}, {}, {}, {}"
+    };
+}
+
+/// `$name::<NT>(d, a, b, accumulate)`: `wgmma.mma_async.m64n{8 NT}k8` with TF32 inputs, f32
+/// accumulators, for one warpgroup: `d = a · b + (accumulate ? d : 0)`, A (64 x 8) in registers
+/// in the m16n8k8 A layout per warp (warp w: rows 16w ..), B (8 x 8 NT) in shared memory at
+/// descriptor `b`, `d` one m16n8 accumulator tile per n8 column block (the m16n8k8 layout).
+/// Asynchronous: issue after [`wgmma_fence`], read `d` after [`wgmma_commit_group`] and
+/// [`wgmma_wait_group`].
+macro_rules! wgmma_m64k8 {
+    ($name:ident, $n:literal, $first:tt $($j:tt)*) => {
+        #[inline(always)]
+        pub fn $name<const NT: usize>(d: &mut [[f32; 4]; NT], a: [u32; 4], b: u64, accumulate: bool) {
+            unsafe {
+                asm!(
+                    concat!(
+                        "{{ .reg .pred p; setp.ne.u32 p, {scale_d}, 0; wgmma.mma_async.sync.aligned.m64n", $n,
+                        "k8.f32.tf32.tf32 {{{}, {}, {}, {}", $(wgmma_tile_placeholders!($j),)*
+                        "}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1; }}"
+                    ),
+                    inout(reg32) d[$first][0], inout(reg32) d[$first][1], inout(reg32) d[$first][2], inout(reg32) d[$first][3],
+                    $(inout(reg32) d[$j][0], inout(reg32) d[$j][1], inout(reg32) d[$j][2], inout(reg32) d[$j][3],)*
+                    a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+                    b = in(reg64) b, scale_d = in(reg32) accumulate as u32,
+                    options(nostack)
+                )
+            };
+        }
+    };
+}
+wgmma_m64k8!(wgmma_m64n24k8, "24", 0 1 2);
+wgmma_m64k8!(wgmma_m64n32k8, "32", 0 1 2 3);
+wgmma_m64k8!(wgmma_m64n56k8, "56", 0 1 2 3 4 5 6);
+wgmma_m64k8!(wgmma_m64n64k8, "64", 0 1 2 3 4 5 6 7);
+
+/// The `wgmma_m64n{8 NT}k8` of `NT` n8 tiles: those of the warpgroup tiles (a CPU test
+/// keeps the variant table to them; the match folds away).
+#[inline(always)]
+pub fn wgmma_m64k8<const NT: usize>(d: &mut [[f32; 4]; NT], a: [u32; 4], b: u64, accumulate: bool) {
+    match NT {
+        3 => wgmma_m64n24k8(d, a, b, accumulate),
+        4 => wgmma_m64n32k8(d, a, b, accumulate),
+        7 => wgmma_m64n56k8(d, a, b, accumulate),
+        8 => wgmma_m64n64k8(d, a, b, accumulate),
+        _ => unreachable!(),
+    }
+}
+
 /// `ld.global.nc` of `global_addr` where `load`, else 0, without a branch (a uniform
 /// condition tested per element put a branch around every load of a store loop).
 #[inline(always)]

@@ -298,8 +298,9 @@ pub struct IgemmPackParams {
     /// 1: each panel's `BN` rows of TF32 values are followed by `BN` rows of their TF32
     /// residuals ([`Precision::Tf32x3`]); 0: values only.
     pub split: u32,
-    /// Keeps the struct free of implicit padding.
-    pub _pad: u32,
+    /// 1: each region of a panel in the core matrices of a warpgroup tile's stage
+    /// ([`IgemmTile::b_slot`]) instead of rows of `BK`.
+    pub warpgroup: u32,
     /// The convolution's parameters (the extents and divisors the panels follow).
     pub conv: IgemmFwdParams,
     /// Divides a packed element by the panel's floats: (panel, element of the panel).
@@ -328,10 +329,24 @@ impl IgemmPackParams {
         let (panel, within) = self.panel.div_rem(e);
         let (row, position) = self.row.div_rem(within);
         let residual = self.split != 0 && row >= self.bn;
-        let n = if residual { row - self.bn } else { row };
-        // Inverse of b_slot's order within each k-step: NCHW position 2(k % 4) + k / 4, NHWC k.
+        let row = if residual { row - self.bn } else { row };
+        // Inverse of b_slot's order within each k-step (position j of 8): rows of BK with NCHW
+        // channel j / 2 + 4 (j % 2) at j, NHWC channel j; a warpgroup tile's core matrices with
+        // NCHW channel j at k index j, NHWC channel 2 (j % 4) + j / 4.
+        let warpgroup = self.warpgroup != 0;
+        let (n, position) = if warpgroup {
+            let within_group = (row % 8) * self.row.divisor + position;
+            (row - row % 8 + within_group % 32 / 4, within_group / 32 * 4 + within_group % 4)
+        } else {
+            (row, position)
+        };
         let j = position % 8;
-        let k = if self.conv.channels_last() { position } else { position - j + j / 2 + 4 * (j % 2) };
+        let k = position - j
+            + match (warpgroup, self.conv.channels_last()) {
+                (false, false) => j / 2 + 4 * (j % 2),
+                (true, true) => 2 * (j % 4) + j / 4,
+                _ => j,
+            };
         let (rest, chunk) = self.chunks.div_rem(panel);
         let (block_group, column_tile) = self.conv.column_tiles.div_rem(rest);
         let (cc, tap) = self.taps.div_rem(chunk);
@@ -369,6 +384,11 @@ pub struct IgemmTile {
     pub k_steps: u32,
     /// Whether the kernel reads and writes NHWC tensors with KRSC filters, else NCHW and KCRS.
     pub channels_last: bool,
+    /// Whether the block's 4 warps multiply as one warpgroup (`wgmma`, sm_90a; flat tiles of
+    /// 128 pixels): each instruction takes 64 pixels' A fragments from registers and reads the
+    /// weights itself from shared memory ([`IgemmTile::b_descriptor`]), so that no warp loads B
+    /// fragments; else each warp runs `mma.sync` on its own rows.
+    pub warpgroup: bool,
 }
 
 /// The least multiple of 8 from `min` on that is ≡ 8 or 24 mod 32: a row stride at which the
@@ -381,6 +401,11 @@ pub const fn conflict_free_stride(min: u32) -> u32 {
     if s.is_multiple_of(16) { s + 8 } else { s }
 }
 
+/// A byte address or offset as a `wgmma` matrix descriptor holds it: 14 bits in 16-byte units.
+const fn descriptor_field(bytes: u32) -> u64 {
+    ((bytes & 0x3ffff) >> 4) as u64
+}
+
 impl IgemmTile {
     /// The tile a kernel instance computes (its name is the entry point's, not needed there).
     pub const fn of_kernel(
@@ -390,10 +415,11 @@ impl IgemmTile {
         n_tiles: u32,
         k_steps: u32,
         channels_last: bool,
+        warpgroup: bool,
     ) -> Self {
         let precision = if split { Precision::Tf32x3 } else { Precision::Tf32 };
         let entries = ModeEntries { plain: "", clamp: "", smooth: "" };
-        IgemmTile { name: "", entries, precision, pixels, m_tiles, n_tiles, k_steps, channels_last }
+        IgemmTile { name: "", entries, precision, pixels, m_tiles, n_tiles, k_steps, channels_last, warpgroup }
     }
 
     /// The most blocks of this variant an SM should run at once, where fewer than fit: the
@@ -404,6 +430,9 @@ impl IgemmTile {
     /// tiles, 3xTF32 included, only slowed with fewer (benches/NOTES.md, "Tensor-core grouped
     /// kernel", v2.3).
     pub const fn blocks_per_sm_cap(&self) -> Option<u32> {
+        if self.warpgroup {
+            return None;
+        }
         match (self.precision, self.pixels, self.channels_last, self.m_tiles, self.n_tiles, self.k_steps) {
             (Precision::Tf32, PixelTile::Flat, false, 2, 4, 2) => Some(4),
             _ => None,
@@ -415,6 +444,9 @@ impl IgemmTile {
     /// NHWC", v7): TF32 NHWC `m128_n56_k8` at 130 registers ran 3 blocks per SM where 122 had
     /// run 4, and 7-19% slower on layers of one or two waves; ptxas fits 4 without spilling.
     pub const fn min_blocks_per_sm(&self) -> Option<u32> {
+        if self.warpgroup {
+            return None;
+        }
         match (self.precision, self.pixels, self.channels_last, self.m_tiles, self.n_tiles, self.k_steps) {
             (Precision::Tf32, PixelTile::Flat, true, 2, 7, 1) => Some(4),
             _ => None,
@@ -442,9 +474,10 @@ impl IgemmTile {
         if self.channels_last { conflict_free_stride(self.bk()) } else { self.bm() + 8 }
     }
 
-    /// Floats per row of the B tile (one output, `BK` channels).
+    /// Floats per row of the B tile (one output, `BK` channels); a warpgroup tile's B tile
+    /// has no padding ([`Self::b_slot`]).
     pub const fn b_stride(&self) -> u32 {
-        conflict_free_stride(self.bk())
+        if self.warpgroup { self.bk() } else { conflict_free_stride(self.bk()) }
     }
 
     /// Regions an operand takes in a packed panel or a stage (weights; a spatial tile's inputs
@@ -525,16 +558,50 @@ impl IgemmTile {
 
     /// Slot of B-tile element (output `n` of the block's column tile, channel `k` of the chunk;
     /// `n` from `BN` on: the residual of output `n - BN`).
+    /// Warpgroup tiles: `wgmma`'s K-major layout without swizzling, in core matrices of 8 outputs
+    /// by 4 consecutive k (16-byte rows, 128 contiguous bytes), k-adjacent ones 128 bytes apart
+    /// and each 8 outputs `32 · BK` bytes on ([`Self::b_descriptor`]); the k index of channel `k`
+    /// pairs it with the A fragment's ([`Self::mma_channel`]).
     #[inline(always)]
     pub const fn b_slot(&self, n: u32, k: u32) -> u32 {
+        if self.warpgroup {
+            let kk = (k & !7) + if self.channels_last { 4 * (k & 1) + ((k & 7) >> 1) } else { k & 7 };
+            return self.a_floats() + (n / 8) * 8 * self.bk() + (kk / 4) * 32 + (n % 8) * 4 + kk % 4;
+        }
         let k_slot = if self.channels_last { k } else { (k & !7) + 2 * (k & 3) + ((k >> 2) & 1) };
         self.a_floats() + n * self.b_stride() + k_slot
     }
 
-    /// The block's first pixel row of `warp`.
+    /// The stage slot of 16-byte piece `e` of a chunk's packed panel, which lies in the panel's
+    /// order ([`IgemmPackParams`]): rows of `BK` floats (the values', then 3xTF32's residuals'), or a
+    /// warpgroup tile's core matrices as they are.
     #[inline(always)]
-    pub const fn warp_row(&self, warp: u32) -> u32 {
-        warp * 16 * self.m_tiles
+    pub const fn b_piece_slot(&self, e: u32) -> u32 {
+        if self.warpgroup {
+            self.a_floats() + 4 * e
+        } else {
+            let row_pieces = self.bk() / 4;
+            self.b_slot(e / row_pieces, 0) + 4 * (e % row_pieces)
+        }
+    }
+
+    /// The `wgmma` matrix descriptor of k-step `ks`'s weights (`residual`: 3xTF32's residuals) in
+    /// the stage at shared address `stage`: K-major, no swizzling ([`Self::b_slot`]), the leading
+    /// byte offset (between k-adjacent core matrices) 128, the stride byte offset (between
+    /// 8-output groups) `32 · BK`; addresses and offsets in 16-byte units (PTX ISA, "Matrix
+    /// Descriptor Format").
+    #[inline(always)]
+    pub const fn b_descriptor(&self, stage: u32, ks: u32, residual: bool) -> u64 {
+        let region = if residual { self.b_residual() } else { 0 };
+        let start = stage + 4 * (self.a_floats() + region) + 256 * ks;
+        descriptor_field(start) | (descriptor_field(128) << 16) | (descriptor_field(32 * self.bk()) << 32)
+    }
+
+    /// The block's first pixel row of `warp`'s m-tile `i`: `mma.sync` tiles give each warp
+    /// `m_tiles` adjacent m16 tiles; a warpgroup instruction covers 64 rows, 16 per warp.
+    #[inline(always)]
+    pub const fn fragment_row(&self, warp: u32, i: u32) -> u32 {
+        if self.warpgroup { 64 * i + 16 * warp } else { 16 * (warp * self.m_tiles + i) }
     }
 
     /// Chunk channel of the mma's k-index `t` or (`upper`) `t + 4` (`t < 4`) in k-step `ks`: the
@@ -551,7 +618,7 @@ impl IgemmTile {
     #[inline(always)]
     pub const fn a_pairs(&self, lane: u32, warp: u32, i: u32, ks: u32) -> [u32; 2] {
         let (g, t) = (lane / 4, lane % 4);
-        let m = self.warp_row(warp) + 16 * i + g;
+        let m = self.fragment_row(warp, i) + g;
         if self.channels_last {
             let k = self.mma_channel(ks, t, false);
             [self.a_slot(m, k), self.a_slot(m + 8, k)]
@@ -578,7 +645,7 @@ impl IgemmTile {
     #[inline(always)]
     pub const fn acc_position(&self, lane: u32, warp: u32, i: u32, j: u32, e: u32) -> (u32, u32) {
         let (g, t) = (lane / 4, lane % 4);
-        (self.warp_row(warp) + 16 * i + g + 8 * (e / 2), 8 * j + 2 * t + e % 2)
+        (self.fragment_row(warp, i) + g + 8 * (e / 2), 8 * j + 2 * t + e % 2)
     }
 
     /// Blocks along the grid's x for `pixels` output pixels.
@@ -654,9 +721,9 @@ impl IgemmTile {
         // in shared-memory order (3xTF32's residual rows after the values), in 16-byte pieces:
         // piece `e` of the panel is its floats `4e ..`.
         let panel = self.panel_offset(p, sources[0].block, chunk.index);
-        let (row_pieces, pieces) = (self.bk() / 4, self.regions() * self.bn() * self.bk() / 4);
+        let pieces = self.regions() * self.bn() * self.bk() / 4;
         let mut copy = #[inline(always)]
-        |e: u32| copy_w4(self.b_slot(e / row_pieces, 0) + 4 * (e % row_pieces), panel + 4 * e as u64);
+        |e: u32| copy_w4(self.b_piece_slot(e), panel + 4 * e as u64);
         each_copy(thread, BLOCK_THREADS, pieces, &mut copy);
     }
 
@@ -694,13 +761,14 @@ impl IgemmTile {
     }
 }
 
-/// The [`IgemmTile`] of entry point `$name`: (split, pixels, m_tiles, n_tiles, k_steps, channels_last).
+/// The [`IgemmTile`] of entry point `$name`: (split, pixels, m_tiles, n_tiles, k_steps,
+/// channels_last, warpgroup).
 macro_rules! igemm_tile {
-    ($name:ident, $split:expr, $pixels:expr, $mt:literal, $nt:literal, $ks:literal, $nhwc:expr) => {
+    ($name:ident, $split:expr, $pixels:expr, $mt:literal, $nt:literal, $ks:literal, $nhwc:expr, $wg:expr) => {
         IgemmTile {
             name: stringify!($name),
             entries: crate::mode_entries!($name),
-            ..IgemmTile::of_kernel($split, $pixels, $mt, $nt, $ks, $nhwc)
+            ..IgemmTile::of_kernel($split, $pixels, $mt, $nt, $ks, $nhwc, $wg)
         }
     };
 }
@@ -708,29 +776,50 @@ macro_rules! igemm_tile {
 macro_rules! igemm_fwd_variants {
     (
         flat: $(($tf:ident, $x3:ident, $ntf:ident, $nx3:ident, $mt:literal, $nt:literal, $ks:literal)),* $(,)?;
+        warpgroup: $(($wtf:ident, $wx3:ident, $wntf:ident, $wnx3:ident, $wnt:literal, $wks:literal)),* $(,)?;
         spatial: $(($stf:ident, $sx3:ident, $nstf:ident, $nsx3:ident, $smt:literal, $snt:literal, $cols:literal)),* $(,)?
     ) => {
         /// Every variant in the PTX, by entry-point name: each NCHW flat tile in TF32, then in
-        /// 3xTF32; the NHWC flat tiles alike; then the spatial tiles alike (NCHW, NHWC).
+        /// 3xTF32; the NHWC flat tiles alike; the warpgroup flat tiles alike (sm_90a modules
+        /// only: [`IgemmTile::warpgroup`]); then the spatial tiles alike (NCHW, NHWC).
         pub const IGEMM_FWD_VARIANTS: &[IgemmTile] = &[
-            $(igemm_tile!($tf, false, PixelTile::Flat, $mt, $nt, $ks, false),)*
-            $(igemm_tile!($x3, true, PixelTile::Flat, $mt, $nt, $ks, false),)*
-            $(igemm_tile!($ntf, false, PixelTile::Flat, $mt, $nt, $ks, true),)*
-            $(igemm_tile!($nx3, true, PixelTile::Flat, $mt, $nt, $ks, true),)*
-            $(igemm_tile!($stf, false, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, false),)*
-            $(igemm_tile!($sx3, true, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, false),)*
-            $(igemm_tile!($nstf, false, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, true),)*
-            $(igemm_tile!($nsx3, true, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, true),)*
+            $(igemm_tile!($tf, false, PixelTile::Flat, $mt, $nt, $ks, false, false),)*
+            $(igemm_tile!($x3, true, PixelTile::Flat, $mt, $nt, $ks, false, false),)*
+            $(igemm_tile!($ntf, false, PixelTile::Flat, $mt, $nt, $ks, true, false),)*
+            $(igemm_tile!($nx3, true, PixelTile::Flat, $mt, $nt, $ks, true, false),)*
+            $(igemm_tile!($wtf, false, PixelTile::Flat, 2, $wnt, $wks, false, true),)*
+            $(igemm_tile!($wx3, true, PixelTile::Flat, 2, $wnt, $wks, false, true),)*
+            $(igemm_tile!($wntf, false, PixelTile::Flat, 2, $wnt, $wks, true, true),)*
+            $(igemm_tile!($wnx3, true, PixelTile::Flat, 2, $wnt, $wks, true, true),)*
+            $(igemm_tile!($stf, false, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, false, false),)*
+            $(igemm_tile!($sx3, true, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, false, false),)*
+            $(igemm_tile!($nstf, false, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, true, false),)*
+            $(igemm_tile!($nsx3, true, PixelTile::Spatial { cols: $cols }, $smt, $snt, 1, true, false),)*
         ];
 
         #[cfg(target_arch = "nvptx64")]
         mod entry {
             $(
-                crate::mode_entry_points!($tf, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, false, false]);
-                crate::mode_entry_points!($x3, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, true, false]);
-                crate::mode_entry_points!($ntf, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, false, true]);
-                crate::mode_entry_points!($nx3, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, true, true]);
+                crate::mode_entry_points!($tf, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, false, false, false]);
+                crate::mode_entry_points!($x3, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, true, false, false]);
+                crate::mode_entry_points!($ntf, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, false, true, false]);
+                crate::mode_entry_points!($nx3, super::IgemmFwdParams, super::device::convolve, [$mt, $nt, $ks, true, true, false]);
             )*
+        }
+
+        // `wgmma` is sm_90a's alone (Hopper; Blackwell has other instructions).
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+        mod warpgroup_entry {
+            $(
+                crate::mode_entry_points!($wtf, super::IgemmFwdParams, super::device::convolve, [2, $wnt, $wks, false, false, true]);
+                crate::mode_entry_points!($wx3, super::IgemmFwdParams, super::device::convolve, [2, $wnt, $wks, true, false, true]);
+                crate::mode_entry_points!($wntf, super::IgemmFwdParams, super::device::convolve, [2, $wnt, $wks, false, true, true]);
+                crate::mode_entry_points!($wnx3, super::IgemmFwdParams, super::device::convolve, [2, $wnt, $wks, true, true, true]);
+            )*
+        }
+
+        #[cfg(target_arch = "nvptx64")]
+        mod spatial_entry {
             $(
                 crate::mode_entry_points!($stf, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, false, false]);
                 crate::mode_entry_points!($sx3, super::spatial::IgemmSpatialParams, super::spatial::device::convolve, [$smt, $snt, $cols, true, false]);
@@ -752,6 +841,12 @@ igemm_fwd_variants!(
     (igemm_tf32_m128_n64_k16, igemm_3xtf32_m128_n64_k16, igemm_tf32_nhwc_m128_n64_k16, igemm_3xtf32_nhwc_m128_n64_k16, 2, 8, 2),
     (igemm_tf32_m64_n32_k16, igemm_3xtf32_m64_n32_k16, igemm_tf32_nhwc_m64_n32_k16, igemm_3xtf32_nhwc_m64_n32_k16, 1, 4, 2),
     (igemm_tf32_m64_n64_k16, igemm_3xtf32_m64_n64_k16, igemm_tf32_nhwc_m64_n64_k16, igemm_3xtf32_nhwc_m64_n64_k16, 1, 8, 2);
+    // Warpgroup (`wgmma`): 128 pixels (two m64 instructions) by the columns, BK as the flat tiles.
+    warpgroup:
+    (igemm_tf32_wg_m128_n24_k8, igemm_3xtf32_wg_m128_n24_k8, igemm_tf32_nhwc_wg_m128_n24_k8, igemm_3xtf32_nhwc_wg_m128_n24_k8, 3, 1),
+    (igemm_tf32_wg_m128_n32_k16, igemm_3xtf32_wg_m128_n32_k16, igemm_tf32_nhwc_wg_m128_n32_k16, igemm_3xtf32_nhwc_wg_m128_n32_k16, 4, 2),
+    (igemm_tf32_wg_m128_n56_k8, igemm_3xtf32_wg_m128_n56_k8, igemm_tf32_nhwc_wg_m128_n56_k8, igemm_3xtf32_nhwc_wg_m128_n56_k8, 7, 1),
+    (igemm_tf32_wg_m128_n64_k16, igemm_3xtf32_wg_m128_n64_k16, igemm_tf32_nhwc_wg_m128_n64_k16, igemm_3xtf32_nhwc_wg_m128_n64_k16, 8, 2);
     // Spatial: rows x columns of pixels (16 x 8 fits 56- and 28-wide maps; 8 x 16 wider rows;
     // 8 x 8 the 14-wide ones), BK = 8.
     spatial:
@@ -935,11 +1030,12 @@ pub(crate) mod device {
         const KS: usize,
         const SPLIT: bool,
         const NHWC: bool,
+        const WG: bool,
         const MODE: u32,
     >(
         p: &IgemmFwdParams,
     ) {
-        let t = IgemmTile::of_kernel(SPLIT, PixelTile::Flat, MT as u32, NT as u32, KS as u32, NHWC);
+        let t = IgemmTile::of_kernel(SPLIT, PixelTile::Flat, MT as u32, NT as u32, KS as u32, NHWC, WG);
         let thread = thread_idx_x();
         let (lane, warp) = (thread % 32, thread / 32);
         let block: BlockCoords = p.block_coords(p.z_base + block_idx_z());
@@ -967,12 +1063,20 @@ pub(crate) mod device {
         }
 
         let mut acc = [[[0.0f32; 4]; NT]; MT];
+        // 3xTF32's chunk sums. A warpgroup's first `wgmma` of a chunk overwrites its sum, so
+        // only `mma.sync` zeroes it per chunk.
+        let mut part = [[[0.0f32; 4]; NT]; MT];
         let (mut computed, mut filled) = (0u32, STAGES - 1);
         let mut q = 0;
         while q < chunks {
             // Chunk q has landed (for every thread after the barrier), and every warp is done
             // with the stage that chunk q + STAGES - 1 refills.
             cp_async_wait_group::<{ STAGES - 2 }>();
+            if WG {
+                // `wgmma` reads the weights through the async proxy; the copies wrote them
+                // through the generic one.
+                fence_proxy_async_shared();
+            }
             sync_threads();
             if q + STAGES - 1 < chunks {
                 copy(filled, next);
@@ -985,7 +1089,9 @@ pub(crate) mod device {
             // 3xTF32 sums each chunk apart and adds it to the total in f32: the tensor cores
             // truncate as they accumulate, which over a long reduction costs more than the
             // split gains (a 45x45 filter's outputs erred by 1e-4 of their magnitude).
-            let mut part = [[[0.0f32; 4]; NT]; MT];
+            if !WG {
+                part = [[[0.0f32; 4]; NT]; MT];
+            }
             for ks in 0..KS as u32 {
                 let mut a = [[0u32; 4]; MT];
                 let mut a_small = [[0u32; 4]; MT];
@@ -997,6 +1103,29 @@ pub(crate) mod device {
                     (a[i][1], a_small[i][1]) = split::<SPLIT>(a1);
                     (a[i][2], a_small[i][2]) = split::<SPLIT>(a2);
                     (a[i][3], a_small[i][3]) = split::<SPLIT>(a3);
+                }
+                if WG {
+                    let b = t.b_descriptor(stage, ks, false);
+                    wgmma_fence();
+                    if SPLIT {
+                        let b_small = t.b_descriptor(stage, ks, true);
+                        for i in 0..MT {
+                            wgmma_m64k8(&mut part[i], a_small[i], b, ks > 0);
+                        }
+                        for i in 0..MT {
+                            wgmma_m64k8(&mut part[i], a[i], b_small, true);
+                        }
+                        for i in 0..MT {
+                            wgmma_m64k8(&mut part[i], a[i], b, true);
+                        }
+                    } else {
+                        for i in 0..MT {
+                            wgmma_m64k8(&mut acc[i], a[i], b, true);
+                        }
+                    }
+                    wgmma_commit_group();
+                    wgmma_wait_group::<0>();
+                    continue;
                 }
                 // The weights come split from the packing.
                 let mut b = [[0u32; 2]; NT];

@@ -367,7 +367,7 @@ impl IgemmSpatialParams {
     /// m-tile `i`.
     #[inline(always)]
     pub const fn a_pixel(t: &IgemmTile, lane: u32, warp: u32, i: u32, e: u32) -> u32 {
-        t.warp_row(warp) + 16 * i + lane / 4 + 8 * (e % 2)
+        t.fragment_row(warp, i) + lane / 4 + 8 * (e % 2)
     }
 
     /// Slot of `lane`'s A element `e` (k = t, t, t + 4, t + 4 for e = 0..4) at halo offset 0:
@@ -473,7 +473,7 @@ pub(crate) mod device {
     >(
         p: &IgemmSpatialParams,
     ) {
-        let t = IgemmTile::of_kernel(SPLIT, PixelTile::Spatial { cols: COLS }, MT as u32, NT as u32, 1, NHWC);
+        let t = IgemmTile::of_kernel(SPLIT, PixelTile::Spatial { cols: COLS }, MT as u32, NT as u32, 1, NHWC, false);
         let c = &p.conv;
         let thread = thread_idx_x();
         let (lane, warp) = (thread % 32, thread / 32);
