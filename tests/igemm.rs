@@ -734,19 +734,19 @@ fn the_heuristic_picks_the_measured_fastest_tiles() {
     // RegNetY-1.6GF's 24-wide groups fit their tile exactly.
     assert_eq!(pick("n=32,c=120,h=28,w=28,k=120,r=3,s=3,pad=1,groups=5", Tf32), "igemm_tf32_s16x8_n24");
     assert_eq!(pick("n=32,c=384,h=28,w=28,k=96,r=1,s=1,groups=8", Tf32), "igemm_tf32_m128_n16_k8");
-    // RegNetY-8GF's 56-wide groups in 3xTF32 on the flat tile (0.471 against the spatial
-    // tile's 0.501 ms), ResNeXt's 32-wide groups on 7x7 maps in TF32 on the spatial one (0.022
-    // against the flat tile's 0.032 ms; d8f326c, H100).
-    assert_eq!(pick("n=32,c=224,h=56,w=56,k=224,r=3,s=3,pad=1,groups=4", Tf32x3), "igemm_3xtf32_m128_n56_k8");
+    // RegNetY-8GF's 56-wide groups in 3xTF32 on the flat warpgroup tile (0.411 against the
+    // `mma.sync` flat tile's 0.473 ms, 958cd11), ResNeXt's 32-wide groups on 7x7 maps in TF32 on
+    // the spatial one (0.022 against the flat tile's 0.032 ms; d8f326c; both on an H100).
+    assert_eq!(pick("n=32,c=224,h=56,w=56,k=224,r=3,s=3,pad=1,groups=4", Tf32x3), "igemm_3xtf32_wg_m128_n56_k8");
     assert_eq!(pick("n=32,c=1024,h=7,w=7,k=1024,r=3,s=3,pad=1,groups=32", Tf32), "igemm_tf32_s8x8_n32");
 }
 
 /// The cost model's first choice per precision among the variants that stored runs timed
-/// (every variant: NCHW at a475acc and NHWC at 101342a on an H200, both at d8f326c on an H100):
-/// within 5% of the fastest on at least as many layers as when the model was refitted on them,
-/// so that a change to the model shows in measured data (benches/NOTES.md, "Tensor-core grouped
-/// kernel" v2.3 and "Tensor-core NHWC" v3 and v9). The v9 refit took 101342a's NHWC run from 80
-/// to 79 and the three others up by 4 to 7.
+/// (every variant: NCHW at a475acc and NHWC at 101342a on an H200, both at d8f326c and, with the
+/// warpgroup tiles, at 958cd11 on an H100): within 5% of the fastest on at least as many layers
+/// as when the model was refitted on them, so that a change to the model shows in measured data
+/// (benches/NOTES.md, "Tensor-core grouped kernel" v2.3 and "Tensor-core NHWC" v3, v9 and v10).
+/// The v9 refit took 101342a's NHWC run from 80 to 79 and the three others up by 4 to 7.
 #[test]
 fn the_cost_model_picks_near_the_fastest_variant_in_the_stored_runs() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/results");
@@ -755,6 +755,8 @@ fn the_cost_model_picks_near_the_fastest_variant_in_the_stored_runs() {
         ("h200-2026-12-03-101342a-grouped-nhwc-all-variants.json", 79),
         ("h100-2026-12-07-d8f326c-grouped-all-variants.json", 79),
         ("h100-2026-12-07-d8f326c-grouped-nhwc-all-variants.json", 80),
+        ("h100-2026-12-07-958cd11-grouped-all-variants.json", 75),
+        ("h100-2026-12-07-958cd11-grouped-nhwc-all-variants.json", 76),
     ] {
         let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap();
         let layers = doc["repeats"].as_array().and_then(|r| r.last()).and_then(|r| r.as_array()).unwrap();

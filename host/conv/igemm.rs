@@ -278,6 +278,24 @@ const fn spatial_input_cost(tile: &IgemmTile) -> f64 {
         (true, Precision::Tf32x3) => 5.5,
     }
 }
+/// How much a warpgroup tile's copies count against its `mma.sync` twin's (the same copies,
+/// fewer instructions around them: no B fragment loads, 2 or 6 `wgmma` per k-step instead of 14
+/// or 42 `mma` at 56 columns). Fitted on every variant of both grouped suites at 958cd11 (H100;
+/// benches/NOTES.md, "Tensor-core NHWC" v10), the median warpgroup tile of more than 32 columns
+/// ran 1.13x (NCHW) and 1.07x (NHWC) as fast as its twin in 3xTF32, 1.02x and 1.03x in TF32; of
+/// 24 or 32 columns 1.06x and 1.04x in 3xTF32, but 0.96x and 0.93x in TF32. With these the
+/// model's first is within 5% of the fastest on 75 and 76 of 90 pairs (61 and 62 with the
+/// warpgroup tiles left out); wide 3xTF32 0.85-0.95 and wide TF32 0.9-0.97 pick alike.
+const fn warpgroup_cost(tile: &IgemmTile) -> f64 {
+    match (tile.warpgroup, tile.precision, tile.bn() > 32) {
+        (false, _, _) => 1.0,
+        (true, Precision::Tf32, false) => 1.05,
+        (true, Precision::Tf32, true) => 0.95,
+        (true, Precision::Tf32x3, false) => 0.98,
+        (true, Precision::Tf32x3, true) => 0.9,
+    }
+}
+
 /// Blocks per multiprocessor below which a grid counts as proportionally slower in [`ranked`]
 /// (fitted with [`spatial_input_cost`]: 2 picked better than 1 or 3).
 const FULL_GRID_BLOCKS_PER_SM: u32 = 2;
@@ -297,11 +315,9 @@ pub fn ranked(
         let fill = ((s.grid[0] * s.grid[1]) as f64 / (FULL_GRID_BLOCKS_PER_SM * sm_count) as f64).min(1.0);
         let (inputs, weights) = s.copies(taps);
         let input_cost = if s.spatial.is_some() { spatial_input_cost(&s.tile) } else { 1.0 };
-        (input_cost * inputs + weights) / fill
+        warpgroup_cost(&s.tile) * (input_cost * inputs + weights) / fill
     };
-    // Warpgroup tiles are timed by `bench --all-variants` and `check`ed, not yet ranked.
-    let mut shapes: Vec<IgemmShape> =
-        supported_shapes(conv, geom).filter(|s| s.tile.precision == precision && !s.tile.warpgroup).collect();
+    let mut shapes: Vec<IgemmShape> = supported_shapes(conv, geom).filter(|s| s.tile.precision == precision).collect();
     shapes.sort_by(|a, b| cost(a).total_cmp(&cost(b)));
     shapes.into_iter()
 }
