@@ -39,10 +39,9 @@
 //!   (C/G · K/G) go to the tensor-core kernel, TF32 in the fast class and 3xTF32 in the exact
 //!   one, with its own tile heuristic: on the `grouped` suite it was the fastest of everything
 //!   on 29 of 33 such layers in the fast class and 31 of 33 in the exact one (1.3-5.7x the
-//!   direct kernel), within 1.2x on the rest. Except, in the exact class, 3x3 unit-stride
-//!   layers of [`WINOGRAD_MIN_CHANNELS`] and more per group on maps of [`WINOGRAD_MIN_MAP`] and
-//!   more: cuDNN's non-fused Winograd (RegNetY-8GF's 56-wide groups on 56 and 28-wide maps:
-//!   0.42 against 0.60 ms, 0.23 against 0.31 ms).
+//!   direct kernel), within 1.2x on the rest. RegNetY-8GF's 56-wide groups on 56- and 28-wide
+//!   maps went to cuDNN's non-fused Winograd in the exact class until the warpgroup tiles
+//!   (a65fb3c, H100: 3xTF32 0.414 against its 0.480 ms, 0.213 against 0.260 ms).
 //! - Narrower groups (ResNeXt's 4 and 8 per group) run the direct kernel in the exact class
 //!   (3xTF32 took 1.0-2.4x as long there), and from [`TF32_MIN_PRODUCT`] channel pairs the
 //!   tensor-core kernel in the fast class (TF32 computed ResNeXt's 8-wide groups 1.2-1.5x
@@ -109,10 +108,6 @@ pub const TENSOR_CORE_MIN_PRODUCT: usize = 144;
 /// maps, 0.073 against 0.086 and 0.138 against 0.165 at stride 2); 4 x 4 stays with the
 /// direct kernel (0.083 against 0.081 ms on 56x56 maps).
 pub const TF32_MIN_PRODUCT: usize = 64;
-/// Channels per group, and input width and height, from which cuDNN's non-fused Winograd takes
-/// a 3x3 unit-stride layer in the exact class.
-pub const WINOGRAD_MIN_CHANNELS: usize = 48;
-pub const WINOGRAD_MIN_MAP: usize = 28;
 /// Device memory the tiled FFT's filter spectra may take.
 pub const FFT_GEMM_PLAN_LIMIT: usize = 1 << 30;
 
@@ -227,9 +222,7 @@ pub fn choose(sm_count: u32, conv: &Conv2d, geom: &ConvGeometry, math: MathClass
     }
     if !depthwise {
         let channels = format!("{} input and {} output channels per group", geom.c_per_group, geom.k_per_group);
-        let winograd = winograd_fits(conv) && conv.h.min(conv.w) >= WINOGRAD_MIN_MAP;
-        if narrowest >= CUDNN_MIN_CHANNELS || math == MathClass::Exact && winograd && narrowest >= WINOGRAD_MIN_CHANNELS
-        {
+        if narrowest >= CUDNN_MIN_CHANNELS {
             return match math {
                 MathClass::Fast => {
                     let why = format!("{channels}: cuDNN's TF32 tensor-core kernels (its heuristic's first choice)");
