@@ -39,6 +39,9 @@
 //!   chunk's channels 2t and 2t + 1, so that one 8-byte load holds both; the packing lays the
 //!   weights out in that order (their natural one) and the output is staged pixel-major.
 //! - **Warps**: the 4 warps split the pixels; each holds `m_tiles x n_tiles` m16n8 accumulators.
+//!   Warpgroup tiles ([`IgemmTile::warpgroup`], sm_90a) issue one `wgmma` per 64 pixels from all
+//!   4 warps, 16 of its rows each ([`IgemmTile::fragment_row`]), with the same accumulator layout;
+//!   the tensor cores read the weights from the stage through [`IgemmTile::b_descriptor`].
 //! - **Precision**: TF32 rounds each input to 10 mantissa bits (PyTorch's default for
 //!   convolutions); 3xTF32 splits each into a TF32 value and a residual (the weights' residual
 //!   rounded to TF32 when packed, the inputs' left for `mma` to truncate:
