@@ -38,7 +38,7 @@ fn main() {
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("CONVKIT_CUDA_ARCH: `{arch}` is not of the form sm_NN (e.g. sm_80,sm_90)"));
         // Compute capability 9.0 is always built as sm_90a (`kernels_gpu::arch_specific`).
-        let arch = &format!("sm_{cc}{}", if kernels_gpu::arch_specific(cc) { "a" } else { "" });
+        let arch = &format!("sm_{cc}{}", kernels_gpu::arch_suffix(cc));
         let target_dir = out_dir.join(format!("kernels-{arch}"));
         let mut cmd = Command::new(&cargo);
         cmd.current_dir(&root)
@@ -91,7 +91,7 @@ fn main() {
     if let Some(ptxas) = env::var_os("CONVKIT_PTXAS").filter(|p| !p.is_empty()) {
         for (cc, ptx) in &built {
             let cubin = ptx.with_extension("cubin");
-            let suffix = if kernels_gpu::arch_specific(*cc) { "a" } else { "" };
+            let suffix = kernels_gpu::arch_suffix(*cc);
             let out = Command::new(&ptxas)
                 .arg(format!("-arch=sm_{cc}{suffix}"))
                 .arg(ptx)

@@ -328,7 +328,7 @@ pub fn pick_ptx<'a>(arch: u32, modules: &[(u32, &'a str)]) -> Result<(u32, &'a s
             device: arch,
             available: modules
                 .iter()
-                .map(|(cc, _)| format!("sm_{cc}{}", if kernels_gpu::arch_specific(*cc) { "a" } else { "" }))
+                .map(|(cc, _)| format!("sm_{cc}{}", kernels_gpu::arch_suffix(*cc)))
                 .collect::<Vec<_>>()
                 .join(", "),
         }

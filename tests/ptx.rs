@@ -103,7 +103,7 @@ fn assemble(cc: u32, ptx: &str) -> BTreeMap<String, (u32, u32, u32, u32)> {
     std::fs::write(&file, ptx).unwrap();
     let tool = ptxas();
     let out = Command::new(&tool)
-        .arg(format!("-arch=sm_{cc}{}", if kernels_gpu::arch_specific(cc) { "a" } else { "" }))
+        .arg(format!("-arch=sm_{cc}{}", kernels_gpu::arch_suffix(cc)))
         .arg("-v")
         .arg(&file)
         .arg("-o")

@@ -61,6 +61,12 @@ pub const fn arch_specific(cc: u32) -> bool {
     cc == 90
 }
 
+/// What follows `sm_NN` in the PTX target of compute capability `cc`: `a` where
+/// [`arch_specific`], else nothing.
+pub const fn arch_suffix(cc: u32) -> &'static str {
+    if arch_specific(cc) { "a" } else { "" }
+}
+
 /// Every entry point that declares launch bounds.
 pub fn launch_bounds() -> impl Iterator<Item = LaunchBounds> {
     conv::igemm::launch_bounds()
