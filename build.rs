@@ -76,7 +76,7 @@ fn main() {
         let ptx = target_dir.join("nvptx64-nvidia-cuda/release/deps/kernels_gpu.s");
         let dest = out_dir.join(format!("kernels_{arch}.ptx"));
         let text = fs::read_to_string(&ptx).unwrap_or_else(|e| panic!("no PTX at {}: {e}", ptx.display()));
-        fs::write(&dest, with_launch_bounds(text)).expect("write the PTX");
+        fs::write(&dest, with_launch_bounds(cc, text)).expect("write the PTX");
         built.push((cc, dest));
     }
     assert!(!built.is_empty(), "CONVKIT_CUDA_ARCH names no architecture");
@@ -113,8 +113,8 @@ fn main() {
 
 /// `ptx` with the `.maxntid` and `.minnctapersm` of each [`kernels_gpu::launch_bounds`] entry
 /// point, where PTX wants them: between its parameter list and its body.
-fn with_launch_bounds(mut ptx: String) -> String {
-    for bounds in kernels_gpu::launch_bounds() {
+fn with_launch_bounds(cc: u32, mut ptx: String) -> String {
+    for bounds in kernels_gpu::launch_bounds(cc) {
         let head = format!(".entry {}(", bounds.entry);
         let start = ptx.find(&head).unwrap_or_else(|| panic!("launch bounds for `{}`, not in the PTX", bounds.entry));
         let params_end = ptx[start..].find("\n)\n").expect("an entry's parameter list ends with `)` on its own line");

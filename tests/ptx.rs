@@ -152,7 +152,7 @@ fn every_module_assembles_without_spills() {
             assert_eq!(*stack, 0, "sm_{cc} {name} uses a stack frame (an array went to local memory)");
         }
         let mut bounded = 0;
-        for bounds in kernels_gpu::launch_bounds() {
+        for bounds in kernels_gpu::launch_bounds(*cc) {
             let at = ptx.find(&format!(".entry {}(", bounds.entry));
             let at = at.unwrap_or_else(|| panic!("sm_{cc}: no entry {}", bounds.entry));
             let directives =

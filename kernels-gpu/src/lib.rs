@@ -67,9 +67,9 @@ pub const fn arch_suffix(cc: u32) -> &'static str {
     if arch_specific(cc) { "a" } else { "" }
 }
 
-/// Every entry point that declares launch bounds.
-pub fn launch_bounds() -> impl Iterator<Item = LaunchBounds> {
-    conv::igemm::launch_bounds()
+/// Every entry point of compute capability `cc`'s module that declares launch bounds.
+pub fn launch_bounds(cc: u32) -> impl Iterator<Item = LaunchBounds> {
+    conv::igemm::launch_bounds(cc)
 }
 
 /// `v`, hidden from the compiler: a loop that runs to it stays a loop, so that its iterations'

@@ -528,6 +528,19 @@ pub fn wgmma_wait_group<const N: u32>() {
     unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N, options(nostack)) };
 }
 
+/// Where a `wgmma`'s accumulator `d` becomes readable, for LLVM: the `wgmma` asm seems to
+/// write `d` at once, so that arithmetic on it could move above the [`wgmma_wait_group`] that
+/// waits for it; an empty asm that rewrites each register after the wait keeps it below
+/// (CUTLASS's `warpgroup_fence_operand`). No instruction.
+#[inline(always)]
+pub fn wgmma_fence_operands<const NT: usize>(d: &mut [[f32; 4]; NT]) {
+    for tile in d.iter_mut() {
+        for v in tile.iter_mut() {
+            unsafe { asm!("/* {0} */", inout(reg32) * v, options(nostack)) };
+        }
+    }
+}
+
 /// `", {}, {}, {}, {}"`: the accumulator placeholders of one more n8 tile of a `wgmma`.
 macro_rules! wgmma_tile_placeholders {
     ($j:tt) => {

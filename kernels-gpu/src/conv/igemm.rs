@@ -25,10 +25,11 @@
 //! - **Reduction order**: channel chunks of `BK` outer, filter taps inner ([`Chunk::next`]),
 //!   the order of the packed panels: a flat tile's chunk is one tap of `BK` channels, which lie
 //!   one plane apart for a thread's copies; a spatial tile's chunk is every tap of them.
-//! - **Pipeline** (flat): [`STAGES`] chunks in flight through `cp.async` (NCHW inputs in 4-byte
+//! - **Pipeline** (flat): [`LEAD`] chunks in flight through `cp.async` (NCHW inputs in 4-byte
 //!   copies: its rows need not be aligned; NHWC inputs in 16-byte copies of 4 adjacent channels
 //!   where [`INPUT_VECTORS`] says they are aligned), zero padding written by the copies' source
-//!   size.
+//!   size. 3xTF32's warpgroup tiles keep one chunk's `wgmma` running behind the barrier, the
+//!   next copies and the next chunk's A fragments ([`IgemmTile::stages`]).
 //! - **Shared layouts** (flat) for conflict-free 8-byte fragment loads: the A tile (inputs) is
 //!   `[BK][a_stride]` with each 16-pixel m-tile's rows interleaved (row `i` at `2(i%8) + i/8`,
 //!   so a lane's rows g and g+8 are adjacent) and `a_stride ≡ 8 mod 32`; the B tile (weights) is
@@ -63,8 +64,8 @@ pub mod spatial;
 /// Threads per block: 4 warps.
 pub const BLOCK_THREADS: u32 = 128;
 pub const WARPS: u32 = BLOCK_THREADS / 32;
-/// Reduction chunks in shared memory at once: one computed, two in flight.
-pub const STAGES: u32 = 3;
+/// Reduction chunks a flat tile copies ahead of the one it computes ([`IgemmTile::stages`]).
+pub const LEAD: u32 = 2;
 /// Most pixels a thread copies inputs of ([`IgemmTile::copy_pixels`]).
 pub const COPY_PIXELS: usize = 2;
 /// Copies a loop of [`IgemmTile::copy_chunk`] makes unrolled: its copies' addresses are then
@@ -446,12 +447,12 @@ impl IgemmTile {
     /// fits fewer ([`crate::launch_bounds`]). Measured on an H100 (benches/NOTES.md, "Tensor-core
     /// NHWC", v7): TF32 NHWC `m128_n56_k8` at 130 registers ran 3 blocks per SM where 122 had
     /// run 4, and 7-19% slower on layers of one or two waves; ptxas fits 4 without spilling.
+    /// 3xTF32 NCHW `wg_m128_n56_k8` keeps its 3 blocks per SM at 168 registers without
+    /// spilling (188 left alone since two chunks' A fragments live at once).
     pub const fn min_blocks_per_sm(&self) -> Option<u32> {
-        if self.warpgroup {
-            return None;
-        }
-        match (self.precision, self.pixels, self.channels_last, self.m_tiles, self.n_tiles, self.k_steps) {
-            (Precision::Tf32, PixelTile::Flat, true, 2, 7, 1) => Some(4),
+        match (self.precision, self.pixels, self.channels_last, self.warpgroup, self.n_tiles, self.k_steps) {
+            (Precision::Tf32, PixelTile::Flat, true, false, 7, 1) => Some(4),
+            (Precision::Tf32x3, PixelTile::Flat, false, true, 7, 1) => Some(3),
             _ => None,
         }
     }
@@ -523,9 +524,16 @@ impl IgemmTile {
         if self.channels_last { m * self.out_stride() + n } else { n * self.out_stride() + m }
     }
 
+    /// Chunks in shared memory at once: the computed one and [`LEAD`] in flight; a 3xTF32
+    /// warpgroup tile one more, the chunk whose `wgmma` still runs while the next one's A
+    /// fragments load.
+    pub const fn stages(&self) -> u32 {
+        LEAD + 1 + (self.warpgroup && matches!(self.precision, Precision::Tf32x3)) as u32
+    }
+
     /// The pipeline's stages, or the epilogue's staging tile where larger.
     pub const fn smem_bytes(&self) -> u32 {
-        let stages = STAGES * self.stage_floats();
+        let stages = self.stages() * self.stage_floats();
         let staging = (if self.channels_last { self.bm() } else { self.bn() }) * self.out_stride();
         4 * if stages > staging { stages } else { staging }
     }
@@ -867,10 +875,13 @@ igemm_fwd_variants!(
     (igemm_tf32_s8x8_n64, igemm_3xtf32_s8x8_n64, igemm_tf32_nhwc_s8x8_n64, igemm_3xtf32_nhwc_s8x8_n64, 1, 8, 8),
 );
 
-/// The launch bounds of every entry point of the variants that declare blocks per SM
+/// The launch bounds of every entry point in compute capability `cc`'s module (warpgroup tiles
+/// only where [`crate::arch_specific`]) of the variants that declare blocks per SM
 /// ([`IgemmTile::min_blocks_per_sm`]); each launches [`BLOCK_THREADS`] threads.
-pub fn launch_bounds() -> impl Iterator<Item = crate::LaunchBounds> {
-    IGEMM_FWD_VARIANTS.iter().filter_map(|tile| Some((tile, tile.min_blocks_per_sm()?))).flat_map(|(tile, blocks)| {
+pub fn launch_bounds(cc: u32) -> impl Iterator<Item = crate::LaunchBounds> {
+    let in_module = move |tile: &&IgemmTile| !tile.warpgroup || crate::arch_specific(cc);
+    let bounded = |tile: &'static IgemmTile| Some((tile, tile.min_blocks_per_sm()?));
+    IGEMM_FWD_VARIANTS.iter().filter(in_module).filter_map(bounded).flat_map(|(tile, blocks)| {
         tile.entries.all().into_iter().map(move |entry| crate::LaunchBounds {
             entry,
             max_threads: BLOCK_THREADS,
@@ -903,7 +914,7 @@ pub unsafe extern "ptx-kernel" fn igemm_pack_weights(p: IgemmPackParams) {
 
 #[cfg(target_arch = "nvptx64")]
 pub(crate) mod device {
-    use super::{BLOCK_THREADS, BlockCoords, Chunk, IgemmFwdParams, IgemmTile, PixelTile, STAGES, STORE_VECTORS};
+    use super::{BLOCK_THREADS, BlockCoords, Chunk, IgemmFwdParams, IgemmTile, LEAD, PixelTile, STORE_VECTORS};
     use crate::conv::epilogue::PLAIN;
     use crate::prelude::*;
     use crate::tf32::split_tf32;
@@ -1024,6 +1035,22 @@ pub(crate) mod device {
         }
     }
 
+    /// `acc += part`, in f32 (3xTF32's chunk sums); `part` as a `wgmma` left it, once waited for.
+    #[inline(always)]
+    fn add_chunk_sum<const MT: usize, const NT: usize>(
+        acc: &mut [[[f32; 4]; NT]; MT],
+        part: &mut [[[f32; 4]; NT]; MT],
+    ) {
+        for i in 0..MT {
+            wgmma_fence_operands(&mut part[i]);
+            for j in 0..NT {
+                for e in 0..4 {
+                    acc[i][j][e] += part[i][j][e];
+                }
+            }
+        }
+    }
+
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
@@ -1054,10 +1081,11 @@ pub(crate) mod device {
             t.copy_chunk(p, &sources, thread, chunk, copy_input(base, x), copy_weights(base, w));
         };
 
-        // Stages 0 .. STAGES - 1 in flight; one commit per stage, empty or not, keeps the
-        // group count (and so the wait below) uniform.
+        // Chunks 0 .. LEAD in flight; one commit per chunk, empty or not, keeps the group count
+        // (and so the wait below) uniform.
+        let stages = t.stages();
         let mut next = Chunk::FIRST;
-        for stage in 0..STAGES - 1 {
+        for stage in 0..LEAD {
             if stage < chunks {
                 copy(stage, next);
                 next = next.next(p);
@@ -1069,101 +1097,146 @@ pub(crate) mod device {
         // 3xTF32's chunk sums. A warpgroup's first `wgmma` of a chunk overwrites its sum, so
         // only `mma.sync` zeroes it per chunk.
         let mut part = [[[0.0f32; 4]; NT]; MT];
-        let (mut computed, mut filled) = (0u32, STAGES - 1);
+        let (mut computed, mut filled) = (0u32, LEAD);
         let mut q = 0;
-        while q < chunks {
+        // One chunk. A 3xTF32 warpgroup tile's loop runs it twice per pass, so that consecutive chunks'
+        // A fragments lie in different registers: a chunk's `wgmma` reads them while the next
+        // chunk's load.
+        let mut chunk = #[inline(always)]
+        |q: u32| {
             // Chunk q has landed (for every thread after the barrier), and every warp is done
-            // with the stage that chunk q + STAGES - 1 refills.
-            cp_async_wait_group::<{ STAGES - 2 }>();
+            // with the stage that chunk q + LEAD refills: that of chunk q - 1, or with 3xTF32's
+            // warpgroup tiles that of chunk q - 2, whose `wgmma` it waited for last chunk.
+            cp_async_wait_group::<{ LEAD - 1 }>();
             if WG {
                 // `wgmma` reads the weights through the async proxy; the copies wrote them
                 // through the generic one.
                 fence_proxy_async_shared();
             }
             sync_threads();
-            if q + STAGES - 1 < chunks {
+            if q + LEAD < chunks {
                 copy(filled, next);
                 next = next.next(p);
             }
             cp_async_commit();
-            filled = if filled + 1 == STAGES { 0 } else { filled + 1 };
+            filled = if filled + 1 == stages { 0 } else { filled + 1 };
 
             let stage = smem + computed * stage_bytes;
-            // 3xTF32 sums each chunk apart and adds it to the total in f32: the tensor cores
-            // truncate as they accumulate, which over a long reduction costs more than the
-            // split gains (a 45x45 filter's outputs erred by 1e-4 of their magnitude).
-            if !WG {
-                part = [[[0.0f32; 4]; NT]; MT];
-            }
-            for ks in 0..KS as u32 {
+            // K-step ks's A fragments: the TF32 values, and 3xTF32's residuals.
+            let a_fragments = #[inline(always)]
+            |ks: u32| {
                 let mut a = [[0u32; 4]; MT];
                 let mut a_small = [[0u32; 4]; MT];
                 for i in 0..MT {
                     let [at0, at1] = t.a_pairs(lane, warp, i as u32, ks);
                     let loaded = [ld_shared_f32x2(stage + 4 * at0), ld_shared_f32x2(stage + 4 * at1)];
-                    let [a0, a1, a2, a3] = t.a_fragment(loaded);
-                    (a[i][0], a_small[i][0]) = split::<SPLIT>(a0);
-                    (a[i][1], a_small[i][1]) = split::<SPLIT>(a1);
-                    (a[i][2], a_small[i][2]) = split::<SPLIT>(a2);
-                    (a[i][3], a_small[i][3]) = split::<SPLIT>(a3);
+                    let values = t.a_fragment(loaded);
+                    for e in 0..4 {
+                        (a[i][e], a_small[i][e]) = split::<SPLIT>(values[e]);
+                    }
                 }
-                if WG {
-                    let b = t.b_descriptor(stage, ks, false);
-                    wgmma_fence();
+                (a, a_small)
+            };
+            if WG {
+                // Every k-step's first, while the last chunk's `wgmma` may still run.
+                let (mut a, mut a_small) = ([[[0u32; 4]; MT]; KS], [[[0u32; 4]; MT]; KS]);
+                for ks in 0..KS {
+                    (a[ks], a_small[ks]) = a_fragments(ks as u32);
+                }
+                if SPLIT {
+                    // The last chunk's sum is done once its `wgmma` are: into the total, then
+                    // this chunk's `wgmma` may overwrite it.
+                    wgmma_wait_group::<0>();
+                    if q > 0 {
+                        add_chunk_sum(&mut acc, &mut part);
+                    }
+                }
+                wgmma_fence();
+                for ks in 0..KS {
+                    let b = t.b_descriptor(stage, ks as u32, false);
                     if SPLIT {
-                        let b_small = t.b_descriptor(stage, ks, true);
+                        // The small cross terms first, while the sum is still small.
+                        let b_small = t.b_descriptor(stage, ks as u32, true);
                         for i in 0..MT {
-                            wgmma_m64k8(&mut part[i], a_small[i], b, ks > 0);
+                            wgmma_m64k8(&mut part[i], a_small[ks][i], b, ks > 0);
                         }
                         for i in 0..MT {
-                            wgmma_m64k8(&mut part[i], a[i], b_small, true);
+                            wgmma_m64k8(&mut part[i], a[ks][i], b_small, true);
                         }
                         for i in 0..MT {
-                            wgmma_m64k8(&mut part[i], a[i], b, true);
+                            wgmma_m64k8(&mut part[i], a[ks][i], b, true);
                         }
                     } else {
                         for i in 0..MT {
-                            wgmma_m64k8(&mut acc[i], a[i], b, true);
+                            wgmma_m64k8(&mut acc[i], a[ks][i], b, true);
                         }
                     }
-                    wgmma_commit_group();
+                }
+                wgmma_commit_group();
+                if !SPLIT {
+                    // TF32 chains its accumulators from chunk to chunk: ptxas serialises every
+                    // `wgmma` of a chain that an A fragment's load splits, so it waits here.
                     wgmma_wait_group::<0>();
-                    continue;
                 }
-                // The weights come split from the packing.
-                let mut b = [[0u32; 2]; NT];
-                let mut b_small = [[0u32; 2]; NT];
-                for j in 0..NT {
-                    let at = stage + 4 * t.b_pair(lane, j as u32, ks);
-                    b[j] = ld_shared_f32x2(at).map(f32::to_bits);
-                    if SPLIT {
-                        b_small[j] = ld_shared_f32x2(at + 4 * t.b_residual()).map(f32::to_bits);
-                    }
-                }
-                for i in 0..MT {
+            } else {
+                // 3xTF32 sums each chunk apart and adds it to the total in f32: the tensor cores
+                // truncate as they accumulate, which over a long reduction costs more than the
+                // split gains (a 45x45 filter's outputs erred by 1e-4 of their magnitude).
+                part = [[[0.0f32; 4]; NT]; MT];
+                for ks in 0..KS as u32 {
+                    let (a, a_small) = a_fragments(ks);
+                    // The weights come split from the packing.
+                    let mut b = [[0u32; 2]; NT];
+                    let mut b_small = [[0u32; 2]; NT];
                     for j in 0..NT {
+                        let at = stage + 4 * t.b_pair(lane, j as u32, ks);
+                        b[j] = ld_shared_f32x2(at).map(f32::to_bits);
                         if SPLIT {
-                            // The small cross terms first, while the sum is still small.
-                            part[i][j] = mma_tf32_m16n8k8(a_small[i], b[j], part[i][j]);
-                            part[i][j] = mma_tf32_m16n8k8(a[i], b_small[j], part[i][j]);
-                            part[i][j] = mma_tf32_m16n8k8(a[i], b[j], part[i][j]);
-                        } else {
-                            acc[i][j] = mma_tf32_m16n8k8(a[i], b[j], acc[i][j]);
+                            b_small[j] = ld_shared_f32x2(at + 4 * t.b_residual()).map(f32::to_bits);
+                        }
+                    }
+                    for i in 0..MT {
+                        for j in 0..NT {
+                            if SPLIT {
+                                // The small cross terms first, as above.
+                                part[i][j] = mma_tf32_m16n8k8(a_small[i], b[j], part[i][j]);
+                                part[i][j] = mma_tf32_m16n8k8(a[i], b_small[j], part[i][j]);
+                                part[i][j] = mma_tf32_m16n8k8(a[i], b[j], part[i][j]);
+                            } else {
+                                acc[i][j] = mma_tf32_m16n8k8(a[i], b[j], acc[i][j]);
+                            }
                         }
                     }
                 }
-            }
-            if SPLIT {
-                for i in 0..MT {
-                    for j in 0..NT {
-                        for e in 0..4 {
-                            acc[i][j][e] += part[i][j][e];
-                        }
-                    }
+                if SPLIT {
+                    add_chunk_sum(&mut acc, &mut part);
                 }
             }
-            computed = if computed + 1 == STAGES { 0 } else { computed + 1 };
+            computed = if computed + 1 == stages { 0 } else { computed + 1 };
+        };
+        // Every tile has a chunk (a layer has a channel and a tap), and no path skips the loop:
+        // ptxas serialises every `wgmma` where a path that zeroes the accumulators meets the
+        // pipeline's last wait.
+        loop {
+            chunk(q);
             q += 1;
+            if WG && SPLIT && q < chunks {
+                chunk(q);
+                q += 1;
+            }
+            if q >= chunks {
+                break;
+            }
+        }
+        if WG {
+            wgmma_wait_group::<0>();
+            if SPLIT {
+                add_chunk_sum(&mut acc, &mut part);
+            } else {
+                for tiles in acc.iter_mut() {
+                    wgmma_fence_operands(tiles);
+                }
+            }
         }
 
         // Epilogue: the accumulators through shared memory (the stages are free once every
