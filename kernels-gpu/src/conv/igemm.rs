@@ -28,8 +28,8 @@
 //! - **Pipeline** (flat): [`LEAD`] chunks in flight through `cp.async` (NCHW inputs in 4-byte
 //!   copies: its rows need not be aligned; NHWC inputs in 16-byte copies of 4 adjacent channels
 //!   where [`INPUT_VECTORS`] says they are aligned), zero padding written by the copies' source
-//!   size. 3xTF32's warpgroup tiles keep one chunk's `wgmma` running behind the barrier, the
-//!   next copies and the next chunk's A fragments ([`IgemmTile::stages`]).
+//!   size. The widest 3xTF32 warpgroup tiles keep one chunk's `wgmma` running behind the
+//!   barrier, the next copies and the next chunk's A fragments ([`IgemmTile::wgmma_in_flight`]).
 //! - **Shared layouts** (flat) for conflict-free 8-byte fragment loads: the A tile (inputs) is
 //!   `[BK][a_stride]` with each 16-pixel m-tile's rows interleaved (row `i` at `2(i%8) + i/8`,
 //!   so a lane's rows g and g+8 are adjacent) and `a_stride ≡ 8 mod 32`; the B tile (weights) is
@@ -447,12 +447,9 @@ impl IgemmTile {
     /// fits fewer ([`crate::launch_bounds`]). Measured on an H100 (benches/NOTES.md, "Tensor-core
     /// NHWC", v7): TF32 NHWC `m128_n56_k8` at 130 registers ran 3 blocks per SM where 122 had
     /// run 4, and 7-19% slower on layers of one or two waves; ptxas fits 4 without spilling.
-    /// 3xTF32 NCHW `wg_m128_n56_k8` keeps its 3 blocks per SM at 168 registers without
-    /// spilling (188 left alone since two chunks' A fragments live at once).
     pub const fn min_blocks_per_sm(&self) -> Option<u32> {
         match (self.precision, self.pixels, self.channels_last, self.warpgroup, self.n_tiles, self.k_steps) {
             (Precision::Tf32, PixelTile::Flat, true, false, 7, 1) => Some(4),
-            (Precision::Tf32x3, PixelTile::Flat, false, true, 7, 1) => Some(3),
             _ => None,
         }
     }
@@ -524,11 +521,20 @@ impl IgemmTile {
         if self.channels_last { m * self.out_stride() + n } else { n * self.out_stride() + m }
     }
 
-    /// Chunks in shared memory at once: the computed one and [`LEAD`] in flight; a 3xTF32
-    /// warpgroup tile one more, the chunk whose `wgmma` still runs while the next one's A
-    /// fragments load.
+    /// Whether the tile keeps a chunk's `wgmma` running while it loads the next chunk's A
+    /// fragments (a stage more, two chunks' fragments in registers; only 3xTF32, whose chunk
+    /// sums break the accumulator chain that ptxas would otherwise serialise). Measured on an
+    /// H100 (benches/NOTES.md, "Tensor-core NHWC", v12): 9-10% faster on the n64 tiles, which
+    /// ran 2 blocks per SM before and after; no faster or up to 10% slower on the others, whose
+    /// extra registers cost a block per SM that had hidden the wait.
+    pub const fn wgmma_in_flight(&self) -> bool {
+        self.warpgroup && matches!(self.precision, Precision::Tf32x3) && self.n_tiles == 8
+    }
+
+    /// Chunks in shared memory at once: the computed one and [`LEAD`] in flight, and where
+    /// [`Self::wgmma_in_flight`] the one whose `wgmma` still runs.
     pub const fn stages(&self) -> u32 {
-        LEAD + 1 + (self.warpgroup && matches!(self.precision, Precision::Tf32x3)) as u32
+        LEAD + 1 + self.wgmma_in_flight() as u32
     }
 
     /// The pipeline's stages, or the epilogue's staging tile where larger.
@@ -1035,6 +1041,39 @@ pub(crate) mod device {
         }
     }
 
+    /// K-step `ks` of a warpgroup tile's chunk in `stage`: TF32 into `acc`; 3xTF32 its three
+    /// products into the chunk sum `part`, which the chunk's first `wgmma` overwrites.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn wgmma_k_step<const MT: usize, const NT: usize, const SPLIT: bool>(
+        t: &IgemmTile,
+        stage: u32,
+        ks: u32,
+        a: &[[u32; 4]; MT],
+        a_small: &[[u32; 4]; MT],
+        acc: &mut [[[f32; 4]; NT]; MT],
+        part: &mut [[[f32; 4]; NT]; MT],
+    ) {
+        let b = t.b_descriptor(stage, ks, false);
+        if SPLIT {
+            // The small cross terms first, while the sum is still small.
+            let b_small = t.b_descriptor(stage, ks, true);
+            for i in 0..MT {
+                wgmma_m64k8(&mut part[i], a_small[i], b, ks > 0);
+            }
+            for i in 0..MT {
+                wgmma_m64k8(&mut part[i], a[i], b_small, true);
+            }
+            for i in 0..MT {
+                wgmma_m64k8(&mut part[i], a[i], b, true);
+            }
+        } else {
+            for i in 0..MT {
+                wgmma_m64k8(&mut acc[i], a[i], b, true);
+            }
+        }
+    }
+
     /// `acc += part`, in f32 (3xTF32's chunk sums); `part` as a `wgmma` left it, once waited for.
     #[inline(always)]
     fn add_chunk_sum<const MT: usize, const NT: usize>(
@@ -1099,14 +1138,14 @@ pub(crate) mod device {
         let mut part = [[[0.0f32; 4]; NT]; MT];
         let (mut computed, mut filled) = (0u32, LEAD);
         let mut q = 0;
-        // One chunk. A 3xTF32 warpgroup tile's loop runs it twice per pass, so that consecutive chunks'
+        // One chunk. A tile with a `wgmma` in flight runs it twice per pass, so that consecutive chunks'
         // A fragments lie in different registers: a chunk's `wgmma` reads them while the next
         // chunk's load.
         let mut chunk = #[inline(always)]
         |q: u32| {
             // Chunk q has landed (for every thread after the barrier), and every warp is done
-            // with the stage that chunk q + LEAD refills: that of chunk q - 1, or with 3xTF32's
-            // warpgroup tiles that of chunk q - 2, whose `wgmma` it waited for last chunk.
+            // with the stage that chunk q + LEAD refills: that of chunk q - 1, or with a `wgmma`
+            // in flight that of chunk q - 2, whose `wgmma` it waited for last chunk.
             cp_async_wait_group::<{ LEAD - 1 }>();
             if WG {
                 // `wgmma` reads the weights through the async proxy; the copies wrote them
@@ -1137,8 +1176,18 @@ pub(crate) mod device {
                 }
                 (a, a_small)
             };
-            if WG {
-                // Every k-step's first, while the last chunk's `wgmma` may still run.
+            if WG && SPLIT && !t.wgmma_in_flight() {
+                // A k-step at a time, each waited for (as the narrower tiles measured fastest).
+                for ks in 0..KS as u32 {
+                    let (a, a_small) = a_fragments(ks);
+                    wgmma_fence();
+                    wgmma_k_step::<MT, NT, SPLIT>(&t, stage, ks, &a, &a_small, &mut acc, &mut part);
+                    wgmma_commit_group();
+                    wgmma_wait_group::<0>();
+                }
+                add_chunk_sum(&mut acc, &mut part);
+            } else if WG {
+                // Every k-step's A fragments first, while the last chunk's `wgmma` may still run.
                 let (mut a, mut a_small) = ([[[0u32; 4]; MT]; KS], [[[0u32; 4]; MT]; KS]);
                 for ks in 0..KS {
                     (a[ks], a_small[ks]) = a_fragments(ks as u32);
@@ -1153,24 +1202,7 @@ pub(crate) mod device {
                 }
                 wgmma_fence();
                 for ks in 0..KS {
-                    let b = t.b_descriptor(stage, ks as u32, false);
-                    if SPLIT {
-                        // The small cross terms first, while the sum is still small.
-                        let b_small = t.b_descriptor(stage, ks as u32, true);
-                        for i in 0..MT {
-                            wgmma_m64k8(&mut part[i], a_small[ks][i], b, ks > 0);
-                        }
-                        for i in 0..MT {
-                            wgmma_m64k8(&mut part[i], a[ks][i], b_small, true);
-                        }
-                        for i in 0..MT {
-                            wgmma_m64k8(&mut part[i], a[ks][i], b, true);
-                        }
-                    } else {
-                        for i in 0..MT {
-                            wgmma_m64k8(&mut acc[i], a[ks][i], b, true);
-                        }
-                    }
+                    wgmma_k_step::<MT, NT, SPLIT>(&t, stage, ks as u32, &a[ks], &a_small[ks], &mut acc, &mut part);
                 }
                 wgmma_commit_group();
                 if !SPLIT {
@@ -1220,7 +1252,7 @@ pub(crate) mod device {
         loop {
             chunk(q);
             q += 1;
-            if WG && SPLIT && q < chunks {
+            if t.wgmma_in_flight() && q < chunks {
                 chunk(q);
                 q += 1;
             }
@@ -1230,7 +1262,7 @@ pub(crate) mod device {
         }
         if WG {
             wgmma_wait_group::<0>();
-            if SPLIT {
+            if t.wgmma_in_flight() {
                 add_chunk_sum(&mut acc, &mut part);
             } else {
                 for tiles in acc.iter_mut() {
