@@ -528,8 +528,8 @@ pub fn wgmma_wait_group<const N: u32>() {
     unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N, options(nostack)) };
 }
 
-/// Where a `wgmma`'s accumulator `d` becomes readable, for LLVM: the `wgmma` asm seems to
-/// write `d` at once, so that arithmetic on it could move above the [`wgmma_wait_group`] that
+/// Where a `wgmma`'s accumulator `d` becomes readable, for LLVM: LLVM takes the `wgmma` asm to
+/// write `d` at once, so it could move arithmetic on `d` above the [`wgmma_wait_group`] that
 /// waits for it; an empty asm that rewrites each register after the wait keeps it below
 /// (CUTLASS's `warpgroup_fence_operand`). No instruction.
 #[inline(always)]

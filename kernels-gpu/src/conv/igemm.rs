@@ -1138,9 +1138,9 @@ pub(crate) mod device {
         let mut part = [[[0.0f32; 4]; NT]; MT];
         let (mut computed, mut filled) = (0u32, LEAD);
         let mut q = 0;
-        // One chunk. A tile with a `wgmma` in flight runs it twice per pass, so that consecutive chunks'
-        // A fragments lie in different registers: a chunk's `wgmma` reads them while the next
-        // chunk's load.
+        // One chunk. A tile with a `wgmma` in flight runs it twice per pass, so that consecutive
+        // chunks' A fragments lie in different registers: a chunk's `wgmma` reads them while
+        // the next chunk's load.
         let mut chunk = #[inline(always)]
         |q: u32| {
             // Chunk q has landed (for every thread after the barrier), and every warp is done
