@@ -2,8 +2,9 @@
 """Per layer, our fastest time in each of several `bench --json` files side by side, with the
 ratio of each file to the first and cuDNN's best of the class from the first:
 `scripts/ab-summary.py [--variants REGEX] NAME=FILE NAME=FILE...` (an A/B of two builds, run
-alternately). With --variants, a row per layer and each of our variants whose name matches."""
-import argparse, json, re
+alternately). With --variants, a row per layer and each of our variants whose name matches.
+The last lines: each ratio column's median and range."""
+import argparse, json, re, statistics
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--variants", help="compare our variants whose name matches this regex one by one")
@@ -33,3 +34,7 @@ for key, row in times.items():
     ms = [row.get(n, float("nan")) for n in names]
     cells = [*key, *(f"{m:.4f}" for m in ms), *(f"{m / ms[0]:.3f}" for m in ms[1:]), f"{cudnn[key]:.4f}"]
     print("| " + " | ".join(cells) + " |")
+for n in names[1:]:
+    ratios = sorted(r[n] / r[names[0]] for r in times.values() if n in r and names[0] in r and r[names[0]] > 0)
+    if ratios:
+        print(f"{n} / {names[0]}: median {statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f}) over {len(ratios)} rows")
