@@ -82,9 +82,9 @@ fn kernels() -> Vec<(&'static str, usize)> {
 
 /// [`kernels`] in the module of compute capability `cc`: the warpgroup tiles in sm_90a's only.
 fn kernels_of(cc: u32) -> Vec<(&'static str, usize)> {
-    let warpgroup: Vec<&str> =
-        IGEMM_FWD_VARIANTS.iter().filter(|t| t.warpgroup).flat_map(|t| t.entries.all()).collect();
-    kernels().into_iter().filter(|(name, _)| kernels_gpu::arch_specific(cc) || !warpgroup.contains(name)).collect()
+    let elsewhere: Vec<&str> =
+        IGEMM_FWD_VARIANTS.iter().filter(|t| !t.in_module(cc)).flat_map(|t| t.entries.all()).collect();
+    kernels().into_iter().filter(|(name, _)| !elsewhere.contains(name)).collect()
 }
 
 fn ptxas() -> PathBuf {

@@ -117,10 +117,9 @@ fn supported_shapes<'a>(conv: &'a Conv2d, geom: &'a ConvGeometry) -> impl Iterat
         .filter(|s| s.unsupported().is_none())
 }
 
-/// Whether `gpu`'s kernels include `tile`'s: the warpgroup tiles are in sm_90a modules only
-/// (`kernels_gpu::arch_specific`).
+/// Whether `gpu`'s kernels include `tile`'s ([`IgemmTile::in_module`]).
 pub fn in_module(gpu: &Gpu, tile: &IgemmTile) -> bool {
-    !tile.warpgroup || kernels_gpu::arch_specific(gpu.ptx_arch())
+    tile.in_module(gpu.ptx_arch())
 }
 
 /// The variants that compute `conv` (valid) on `gpu`.

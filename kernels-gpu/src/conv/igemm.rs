@@ -521,6 +521,12 @@ impl IgemmTile {
         if self.channels_last { m * self.out_stride() + n } else { n * self.out_stride() + m }
     }
 
+    /// Whether compute capability `cc`'s module has this tile: warpgroup tiles are in the
+    /// architecture-specific (sm_90a) one only ([`crate::arch_specific`]).
+    pub const fn in_module(&self, cc: u32) -> bool {
+        !self.warpgroup || crate::arch_specific(cc)
+    }
+
     /// Whether the tile keeps a chunk's `wgmma` running while it loads the next chunk's A
     /// fragments (a stage more, two chunks' fragments in registers; only 3xTF32, whose chunk
     /// sums break the accumulator chain that ptxas would otherwise serialise). Measured on an
@@ -881,13 +887,12 @@ igemm_fwd_variants!(
     (igemm_tf32_s8x8_n64, igemm_3xtf32_s8x8_n64, igemm_tf32_nhwc_s8x8_n64, igemm_3xtf32_nhwc_s8x8_n64, 1, 8, 8),
 );
 
-/// The launch bounds of every entry point in compute capability `cc`'s module (warpgroup tiles
-/// only where [`crate::arch_specific`]) of the variants that declare blocks per SM
+/// The launch bounds of every entry point in compute capability `cc`'s module
+/// ([`IgemmTile::in_module`]) of the variants that declare blocks per SM
 /// ([`IgemmTile::min_blocks_per_sm`]); each launches [`BLOCK_THREADS`] threads.
 pub fn launch_bounds(cc: u32) -> impl Iterator<Item = crate::LaunchBounds> {
-    let in_module = move |tile: &&IgemmTile| !tile.warpgroup || crate::arch_specific(cc);
     let bounded = |tile: &'static IgemmTile| Some((tile, tile.min_blocks_per_sm()?));
-    IGEMM_FWD_VARIANTS.iter().filter(in_module).filter_map(bounded).flat_map(|(tile, blocks)| {
+    IGEMM_FWD_VARIANTS.iter().filter(move |t| t.in_module(cc)).filter_map(bounded).flat_map(|(tile, blocks)| {
         tile.entries.all().into_iter().map(move |entry| crate::LaunchBounds {
             entry,
             max_threads: BLOCK_THREADS,
