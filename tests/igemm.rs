@@ -979,7 +979,8 @@ fn channels_last_spatial_tiles_copy_sixteen_positions_per_warp() {
 
 /// Warpgroup tiles are flat tiles of two m64 `wgmma` per k-step, of the column counts the
 /// device prelude has a `wgmma_m64n{8 NT}k8` for (its dispatch has no other). Those that keep a
-/// chunk's `wgmma` in flight (3xTF32 n64) have a stage more for it; none has launch bounds.
+/// chunk's `wgmma` in flight (3xTF32 n64) have a stage more for it; only the NHWC 3xTF32 n24
+/// tile has launch bounds (for its 5th block per SM).
 #[test]
 fn warpgroup_tiles_use_the_wgmma_shapes_the_prelude_has() {
     let warpgroup: Vec<_> = IGEMM_FWD_VARIANTS.iter().filter(|t| t.warpgroup).collect();
@@ -998,6 +999,33 @@ fn warpgroup_tiles_use_the_wgmma_shapes_the_prelude_has() {
             }
         }
         assert!(t.smem_bytes() >= 4 * t.stages() * t.stage_floats(), "{}", t.name);
-        assert_eq!((t.min_blocks_per_sm(), t.blocks_per_sm_cap()), (None, None), "{}", t.name);
+        let bounds = (t.name == "igemm_3xtf32_nhwc_wg_m128_n24_k8").then_some(5);
+        assert_eq!((t.min_blocks_per_sm(), t.blocks_per_sm_cap()), (bounds, None), "{}", t.name);
+    }
+}
+
+/// A 3xTF32 tile's sums (products the tensor cores add up, truncating, before one f32 add to
+/// the total) take every chunk's products once, in runs of at most 2 k-steps (the truncation
+/// the bound covers); the warpgroup tiles of 8-channel chunks that wait per k-step sum two
+/// chunks, the others one. TF32 tiles accumulate in the tensor cores and have no sums.
+#[test]
+fn every_3xtf32_sum_takes_whole_chunks_once_in_runs_of_two_k_steps_at_most() {
+    for t in IGEMM_FWD_VARIANTS.iter().filter(|t| t.precision == Precision::Tf32x3) {
+        let paired = t.warpgroup && t.k_steps == 1 && !t.wgmma_in_flight();
+        assert_eq!(t.chunks_per_sum(), if paired { 2 } else { 1 }, "{}", t.name);
+        for chunks in 1..=9u32 {
+            let (mut open, mut added) = (None::<u32>, 0);
+            for q in 0..chunks {
+                assert_eq!(t.opens_sum(q), open.is_none(), "{}: chunk {q} of {chunks}", t.name);
+                let run = open.get_or_insert(0);
+                *run += t.k_steps;
+                assert!(*run <= 2, "{}: a sum of {run} k-steps", t.name);
+                if t.closes_sum(q, chunks) {
+                    added += *run / t.k_steps;
+                    open = None;
+                }
+            }
+            assert_eq!((open, added), (None, chunks), "{}: {chunks} chunks", t.name);
+        }
     }
 }

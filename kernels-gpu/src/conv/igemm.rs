@@ -46,8 +46,10 @@
 //! - **Precision**: TF32 rounds each input to 10 mantissa bits (PyTorch's default for
 //!   convolutions); 3xTF32 splits each into a TF32 value and a residual (the weights' residual
 //!   rounded to TF32 when packed, the inputs' left for `mma` to truncate:
-//!   [`crate::tf32::split_tf32`]) and adds the three larger cross products, one tap of one channel chunk at a time, each such sum added to the
-//!   total in f32 (the tensor cores truncate as they accumulate): an error near f32's.
+//!   [`crate::tf32::split_tf32`]) and sums the three larger cross products of one tap's channel
+//!   chunk at a time (of two 8-channel chunks on some warpgroup tiles:
+//!   [`IgemmTile::chunks_per_sum`]), each such sum added to the total in f32 (the tensor cores
+//!   truncate as they accumulate): an error near f32's.
 //!
 //! Fragments (PTX ISA, m16n8k8 `.tf32`; lane = 4·g + t): A holds (g, t), (g+8, t), (g, t+4),
 //! (g+8, t+4); B holds (k t, n g), (k t+4, n g); the accumulator (g, 2t), (g, 2t+1), (g+8, 2t),
@@ -447,9 +449,12 @@ impl IgemmTile {
     /// fits fewer ([`crate::launch_bounds`]). Measured on an H100 (benches/NOTES.md, "Tensor-core
     /// NHWC", v7): TF32 NHWC `m128_n56_k8` at 130 registers ran 3 blocks per SM where 122 had
     /// run 4, and 7-19% slower on layers of one or two waves; ptxas fits 4 without spilling.
+    /// 3xTF32 NHWC warpgroup `m128_n24_k8` took 101 registers (4 blocks) with sums of two
+    /// chunks ([`Self::chunks_per_sum`]) where it had taken 89 (5); ptxas fits 5 unspilled.
     pub const fn min_blocks_per_sm(&self) -> Option<u32> {
         match (self.precision, self.pixels, self.channels_last, self.warpgroup, self.n_tiles, self.k_steps) {
             (Precision::Tf32, PixelTile::Flat, true, false, 7, 1) => Some(4),
+            (Precision::Tf32x3, PixelTile::Flat, true, true, 3, 1) => Some(5),
             _ => None,
         }
     }
@@ -535,6 +540,29 @@ impl IgemmTile {
     /// extra registers cost a block per SM that had hidden the wait.
     pub const fn wgmma_in_flight(&self) -> bool {
         self.warpgroup && matches!(self.precision, Precision::Tf32x3) && self.n_tiles == 8
+    }
+
+    /// Chunks (1 or 2) whose products a 3xTF32 warpgroup tile sums in the tensor cores before
+    /// it adds the sum to the total in f32: two where the tile waits per k-step and its chunks
+    /// are one k-step, so that each sum runs 6 `wgmma` as every 3xTF32 tile of 16-channel chunks
+    /// does (the same truncation, which the host's bound covers) in half the adds. The sum
+    /// takes no more registers: `wgmma` reads and writes it, so it lives across chunks anyway.
+    pub const fn chunks_per_sum(&self) -> u32 {
+        let split = matches!(self.precision, Precision::Tf32x3);
+        if self.warpgroup && split && !self.wgmma_in_flight() && self.k_steps == 1 { 2 } else { 1 }
+    }
+
+    /// Whether chunk `q` opens a 3xTF32 sum (its first `wgmma` overwrites the last one).
+    #[inline(always)]
+    pub const fn opens_sum(&self, q: u32) -> bool {
+        q.is_multiple_of(self.chunks_per_sum())
+    }
+
+    /// Whether the sum is added to the total after chunk `q` of `chunks`: the last of its run,
+    /// or of the block.
+    #[inline(always)]
+    pub const fn closes_sum(&self, q: u32, chunks: u32) -> bool {
+        (q + 1).is_multiple_of(self.chunks_per_sum()) || q + 1 == chunks
     }
 
     /// Chunks in shared memory at once: the computed one and [`LEAD`] in flight, and where
@@ -1046,16 +1074,17 @@ pub(crate) mod device {
         }
     }
 
-    /// K-step `ks` of a warpgroup tile's chunk in `stage`: TF32 into `acc`; 3xTF32 its three
-    /// products into the chunk sum `part`, which the chunk's first `wgmma` overwrites.
+    /// K-step `ks` of a warpgroup tile's chunk in `stage`, of A fragments `(a, a_small)` (the
+    /// TF32 values and 3xTF32's residuals): TF32 into `acc`; 3xTF32 its three products into the
+    /// sum `part`, which its first `wgmma` overwrites where `fresh`.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn wgmma_k_step<const MT: usize, const NT: usize, const SPLIT: bool>(
         t: &IgemmTile,
         stage: u32,
         ks: u32,
-        a: &[[u32; 4]; MT],
-        a_small: &[[u32; 4]; MT],
+        fresh: bool,
+        (a, a_small): &([[u32; 4]; MT], [[u32; 4]; MT]),
         acc: &mut [[[f32; 4]; NT]; MT],
         part: &mut [[[f32; 4]; NT]; MT],
     ) {
@@ -1064,7 +1093,7 @@ pub(crate) mod device {
             // The small cross terms first, while the sum is still small.
             let b_small = t.b_descriptor(stage, ks, true);
             for i in 0..MT {
-                wgmma_m64k8(&mut part[i], a_small[i], b, ks > 0);
+                wgmma_m64k8(&mut part[i], a_small[i], b, !fresh);
             }
             for i in 0..MT {
                 wgmma_m64k8(&mut part[i], a[i], b_small, true);
@@ -1138,8 +1167,8 @@ pub(crate) mod device {
         }
 
         let mut acc = [[[0.0f32; 4]; NT]; MT];
-        // 3xTF32's chunk sums. A warpgroup's first `wgmma` of a chunk overwrites its sum, so
-        // only `mma.sync` zeroes it per chunk.
+        // 3xTF32's chunk sums. A warpgroup's first `wgmma` of a sum overwrites it, so only
+        // `mma.sync` zeroes it per chunk.
         let mut part = [[[0.0f32; 4]; NT]; MT];
         let (mut computed, mut filled) = (0u32, LEAD);
         let mut q = 0;
@@ -1184,18 +1213,22 @@ pub(crate) mod device {
             if WG && SPLIT && !t.wgmma_in_flight() {
                 // A k-step at a time, each waited for (as the narrower tiles measured fastest).
                 for ks in 0..KS as u32 {
-                    let (a, a_small) = a_fragments(ks);
+                    let a = a_fragments(ks);
                     wgmma_fence();
-                    wgmma_k_step::<MT, NT, SPLIT>(&t, stage, ks, &a, &a_small, &mut acc, &mut part);
+                    // Chunks that open and close sums differ by a bit test (unrolling cost registers).
+                    let fresh = ks == 0 && t.opens_sum(q);
+                    wgmma_k_step::<MT, NT, SPLIT>(&t, stage, ks, fresh, &a, &mut acc, &mut part);
                     wgmma_commit_group();
                     wgmma_wait_group::<0>();
                 }
-                add_chunk_sum(&mut acc, &mut part);
+                if t.closes_sum(q, chunks) {
+                    add_chunk_sum(&mut acc, &mut part);
+                }
             } else if WG {
                 // Every k-step's A fragments first, while the last chunk's `wgmma` may still run.
-                let (mut a, mut a_small) = ([[[0u32; 4]; MT]; KS], [[[0u32; 4]; MT]; KS]);
+                let mut a = [([[0u32; 4]; MT], [[0u32; 4]; MT]); KS];
                 for ks in 0..KS {
-                    (a[ks], a_small[ks]) = a_fragments(ks as u32);
+                    a[ks] = a_fragments(ks as u32);
                 }
                 if SPLIT {
                     // The last chunk's sum is done once its `wgmma` are: into the total, then
@@ -1207,7 +1240,7 @@ pub(crate) mod device {
                 }
                 wgmma_fence();
                 for ks in 0..KS {
-                    wgmma_k_step::<MT, NT, SPLIT>(&t, stage, ks as u32, &a[ks], &a_small[ks], &mut acc, &mut part);
+                    wgmma_k_step::<MT, NT, SPLIT>(&t, stage, ks as u32, ks == 0, &a[ks], &mut acc, &mut part);
                 }
                 wgmma_commit_group();
                 if !SPLIT {
