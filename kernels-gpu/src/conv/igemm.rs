@@ -49,7 +49,8 @@
 //!   [`crate::tf32::split_tf32`]) and sums the three larger cross products of one tap's channel
 //!   chunk at a time (of two 8-channel chunks on some warpgroup tiles:
 //!   [`IgemmTile::chunks_per_sum`]), each such sum added to the total in f32 (the tensor cores
-//!   truncate as they accumulate): an error near f32's.
+//!   truncate as they accumulate; those tiles keep the total in shared memory:
+//!   [`IgemmTile::total_in_shared`]): an error near f32's.
 //!
 //! Fragments (PTX ISA, m16n8k8 `.tf32`; lane = 4·g + t): A holds (g, t), (g+8, t), (g, t+4),
 //! (g+8, t+4); B holds (k t, n g), (k t+4, n g); the accumulator (g, 2t), (g, 2t+1), (g+8, 2t),
