@@ -1152,6 +1152,7 @@ pub(crate) mod device {
     /// `total += part` in `thread`'s slots of the shared total at `smem`
     /// ([`IgemmTile::total_in_shared`]); the `first` sum is stored as it is (the slots start
     /// undefined). `part` as a `wgmma` left it, once waited for.
+    #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn add_chunk_sum_shared<const MT: usize, const NT: usize>(
         t: &IgemmTile,
