@@ -1029,38 +1029,3 @@ fn every_3xtf32_sum_takes_whole_chunks_once_in_runs_of_two_k_steps_at_most() {
         }
     }
 }
-
-/// A tile that keeps its total in shared memory ([`IgemmTile::total_in_shared`]: the 3xTF32
-/// warpgroup tiles that sum two chunks) gives each thread's accumulator tiles their own 16-byte
-/// slots, after the pipeline's stages and inside the block's shared memory; each warp's
-/// 16-byte access covers 512 contiguous bytes (no bank conflict). The others keep no total there.
-#[test]
-fn shared_totals_lie_apart_after_the_stages() {
-    for t in IGEMM_FWD_VARIANTS {
-        assert_eq!(t.total_in_shared(), t.chunks_per_sum() == 2, "{}", t.name);
-        if !t.total_in_shared() {
-            assert_eq!(t.total_floats(), 0, "{}", t.name);
-            continue;
-        }
-        let stages = t.stages() * t.stage_floats();
-        let mut owner = vec![None; t.total_floats() as usize];
-        for thread in 0..BLOCK_THREADS {
-            for i in 0..t.m_tiles {
-                for j in 0..t.n_tiles {
-                    let slot = t.total_slot(thread, i, j);
-                    assert!(slot.is_multiple_of(4) && slot >= stages, "{}: slot {slot}", t.name);
-                    assert!(4 * (slot + 4) <= t.smem_bytes(), "{}: slot {slot} past the block's memory", t.name);
-                    for e in slot - stages..slot - stages + 4 {
-                        assert_eq!(owner[e as usize].replace((thread, i, j)), None, "{}: slot {slot} shared", t.name);
-                    }
-                    if thread % 32 == 0 {
-                        let warp: Vec<u32> = (thread..thread + 32).map(|l| t.total_slot(l, i, j)).collect();
-                        assert!(warp.windows(2).all(|w| w[1] == w[0] + 4), "{}: a warp's slots scatter", t.name);
-                    }
-                }
-            }
-        }
-        assert!(owner.iter().all(Option::is_some), "{}: an unused slot", t.name);
-        assert!(t.smem_bytes() <= 227 * 1024, "{}", t.name);
-    }
-}

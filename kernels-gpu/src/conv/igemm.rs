@@ -49,8 +49,7 @@
 //!   [`crate::tf32::split_tf32`]) and sums the three larger cross products of one tap's channel
 //!   chunk at a time (of two 8-channel chunks on some warpgroup tiles:
 //!   [`IgemmTile::chunks_per_sum`]), each such sum added to the total in f32 (the tensor cores
-//!   truncate as they accumulate; those tiles keep the total in shared memory:
-//!   [`IgemmTile::total_in_shared`]): an error near f32's.
+//!   truncate as they accumulate): an error near f32's.
 //!
 //! Fragments (PTX ISA, m16n8k8 `.tf32`; lane = 4·g + t): A holds (g, t), (g+8, t), (g, t+4),
 //! (g+8, t+4); B holds (k t, n g), (k t+4, n g); the accumulator (g, 2t), (g, 2t+1), (g+8, 2t),
@@ -566,39 +565,15 @@ impl IgemmTile {
         (q + 1).is_multiple_of(self.chunks_per_sum()) || q + 1 == chunks
     }
 
-    /// Whether the tile keeps its f32 total in shared memory, in each thread's own 16-byte
-    /// slots ([`Self::total_slot`]), instead of `MT x NT x 4` registers beside its sum's: the
-    /// 3xTF32 warpgroup tiles that add a sum every second chunk ([`Self::chunks_per_sum`]), so
-    /// that a round trip of 16-byte accesses per two chunks buys blocks per SM (NCHW n56 held
-    /// 158 registers: 3 blocks, short of warps to hide its per-k-step waits; benches/NOTES.md,
-    /// "Tensor-core NHWC", v13 and v14). The adds are the same f32 adds in the same order.
-    pub const fn total_in_shared(&self) -> bool {
-        self.chunks_per_sum() == 2
-    }
-
-    /// Floats of the shared total ([`Self::total_in_shared`]; else none): `BM x BN`.
-    pub const fn total_floats(&self) -> u32 {
-        if self.total_in_shared() { self.bm() * self.bn() } else { 0 }
-    }
-
-    /// Slot of `thread`'s accumulator tile (i, j) in the shared total, after the stages: tile
-    /// by tile, threads adjacent, so that a warp's 16-byte accesses cover 512 contiguous bytes
-    /// (four wavefronts, no bank conflict).
-    #[inline(always)]
-    pub const fn total_slot(&self, thread: u32, i: u32, j: u32) -> u32 {
-        self.stages() * self.stage_floats() + 4 * ((i * self.n_tiles + j) * BLOCK_THREADS + thread)
-    }
-
     /// Chunks in shared memory at once: the computed one and [`LEAD`] in flight, and where
     /// [`Self::wgmma_in_flight`] the one whose `wgmma` still runs.
     pub const fn stages(&self) -> u32 {
         LEAD + 1 + self.wgmma_in_flight() as u32
     }
 
-    /// The pipeline's stages and the shared total ([`Self::total_in_shared`]), or the epilogue's
-    /// staging tile where larger (it overwrites both once every thread has read its total).
+    /// The pipeline's stages, or the epilogue's staging tile where larger.
     pub const fn smem_bytes(&self) -> u32 {
-        let stages = self.stages() * self.stage_floats() + self.total_floats();
+        let stages = self.stages() * self.stage_floats();
         let staging = (if self.channels_last { self.bm() } else { self.bn() }) * self.out_stride();
         4 * if stages > staging { stages } else { staging }
     }
@@ -1149,33 +1124,6 @@ pub(crate) mod device {
         }
     }
 
-    /// `total += part` in `thread`'s slots of the shared total at `smem`
-    /// ([`IgemmTile::total_in_shared`]); the `first` sum is stored as it is (the slots start
-    /// undefined). `part` as a `wgmma` left it, once waited for.
-    #[allow(clippy::needless_range_loop)]
-    #[inline(always)]
-    fn add_chunk_sum_shared<const MT: usize, const NT: usize>(
-        t: &IgemmTile,
-        (smem, thread): (u32, u32),
-        part: &mut [[[f32; 4]; NT]; MT],
-        first: bool,
-    ) {
-        for i in 0..MT {
-            wgmma_fence_operands(&mut part[i]);
-            for j in 0..NT {
-                let at = smem + 4 * t.total_slot(thread, i as u32, j as u32);
-                let mut sum = part[i][j];
-                if !first {
-                    let total = ld_shared_f32x4(at);
-                    for e in 0..4 {
-                        sum[e] += total[e];
-                    }
-                }
-                st_shared_f32x4(at, sum);
-            }
-        }
-    }
-
     // Register arrays are indexed by compile-time-constant loop counters (fully unrolled).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
@@ -1274,11 +1222,7 @@ pub(crate) mod device {
                     wgmma_wait_group::<0>();
                 }
                 if t.closes_sum(q, chunks) {
-                    if t.total_in_shared() {
-                        add_chunk_sum_shared(&t, (smem, thread), &mut part, q < t.chunks_per_sum());
-                    } else {
-                        add_chunk_sum(&mut acc, &mut part);
-                    }
+                    add_chunk_sum(&mut acc, &mut part);
                 }
             } else if WG {
                 // Every k-step's A fragments first, while the last chunk's `wgmma` may still run.
@@ -1358,13 +1302,6 @@ pub(crate) mod device {
             wgmma_wait_group::<0>();
             if t.wgmma_in_flight() {
                 add_chunk_sum(&mut acc, &mut part);
-            } else if t.total_in_shared() {
-                // The thread's own slots, which it wrote last: no barrier needed.
-                for i in 0..MT {
-                    for j in 0..NT {
-                        acc[i][j] = ld_shared_f32x4(smem + 4 * t.total_slot(thread, i as u32, j as u32));
-                    }
-                }
             } else {
                 for tiles in acc.iter_mut() {
                     wgmma_fence_operands(tiles);
