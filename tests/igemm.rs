@@ -18,7 +18,7 @@ use kernels_gpu::{
         epilogue::PLAIN,
         igemm::{
             BLOCK_THREADS, CHANNELS_LAST, Chunk, IGEMM_FWD_VARIANTS, INPUT_VECTORS, IgemmFwdParams, IgemmTile, LEAD,
-            PixelTile, Precision, STORE_VECTORS, WARPS, conflict_free_stride, spatial,
+            NCHW_INPUT_COPIES, PixelTile, Precision, STORE_VECTORS, WARPS, conflict_free_stride, spatial,
         },
     },
     tf32::split_tf32,
@@ -1032,13 +1032,18 @@ fn every_3xtf32_sum_takes_whole_chunks_once_in_runs_of_two_k_steps_at_most() {
 
 /// An NCHW flat tile's input copies are one unrolled run per thread (`copy_chunk`): its threads
 /// are `BM` times `threads_per_pixel`, so a thread's first channel `thread / BM` is below
-/// `threads_per_pixel`, and the run of `BK / threads_per_pixel` copies fits the 24 that
-/// `crate::unrolled` is instantiated for.
+/// `threads_per_pixel`, and the run of `BK / threads_per_pixel` copies fits the
+/// `NCHW_INPUT_COPIES` it unrolls.
 #[test]
 fn nchw_flat_input_copies_fit_one_unrolled_run() {
     for t in IGEMM_FWD_VARIANTS.iter().filter(|t| t.pixels == PixelTile::Flat && !t.channels_last) {
         let tpp = t.threads_per_pixel();
         assert_eq!(t.bm() * tpp, BLOCK_THREADS, "{}", t.name);
-        assert!(t.bk().is_multiple_of(tpp) && t.bk() / tpp <= 24, "{}: {} copies", t.name, t.bk() / tpp);
+        assert!(
+            t.bk().is_multiple_of(tpp) && t.bk() / tpp <= NCHW_INPUT_COPIES as u32,
+            "{}: {} copies",
+            t.name,
+            t.bk() / tpp
+        );
     }
 }

@@ -73,6 +73,9 @@ pub const COPY_PIXELS: usize = 2;
 /// Copies a loop of [`IgemmTile::copy_chunk`] makes unrolled: its copies' addresses are then
 /// formed without the loop's bookkeeping, and (at most this many) stay few enough registers.
 pub const UNROLLED_COPIES: u32 = 2;
+/// Most input copies an NCHW flat tile's thread makes per chunk, all unrolled
+/// ([`IgemmTile::copy_chunk`]: `BK / threads_per_pixel` of them).
+pub const NCHW_INPUT_COPIES: usize = 24;
 
 /// `copy(k)` for `k = first, first + step, ... < end` (`first < step`): unrolled where that is
 /// at most [`UNROLLED_COPIES`] copies, else a loop. The tile's constants fold the choice away.
@@ -766,7 +769,7 @@ impl IgemmTile {
             let mut offset = src.origin.wrapping_add(tap + (first_channel + first) as u64 * p.in_plane as u64);
             let step = tpp as u64 * p.in_plane as u64;
             let copies = self.bk() / tpp;
-            crate::unrolled::<24>(
+            crate::unrolled::<NCHW_INPUT_COPIES>(
                 #[inline(always)]
                 |i| {
                     let k = first + tpp * i as u32;
